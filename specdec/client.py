@@ -1,0 +1,174 @@
+"""The Python client: `Client("host:port").generate(...)`, a streaming variant, and AsyncClient.
+
+Torch-free: it needs only grpcio and the generated stubs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import dataclass, field
+
+import grpc
+
+from specdec.v1 import common_pb2, drafter_pb2, drafter_pb2_grpc
+
+
+@dataclass(frozen=True)
+class GenerationStats:
+    """Statistics of one generation (see GenerationStats in protos/specdec/v1/drafter.proto)."""
+
+    prompt_tokens: int = 0
+    generated_tokens: int = 0
+    rounds: int = 0
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
+    acceptance_rate: float = 0.0
+    mean_acceptance_length: float = 0.0
+    draft_seconds: float = 0.0
+    verify_seconds: float = 0.0
+    network_seconds: float = 0.0
+    total_seconds: float = 0.0
+    time_to_first_token_seconds: float = 0.0
+    drafter: str = ""
+    num_draft_tokens: int = 0
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.generated_tokens / self.total_seconds if self.total_seconds else 0.0
+
+    @classmethod
+    def from_proto(cls, msg: drafter_pb2.GenerationStats) -> GenerationStats:
+        return cls(**{f.name: getattr(msg, f.name) for f in dataclasses.fields(cls)})
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One streamed response: a text delta and its tokens; the last one has finish_reason and stats."""
+
+    text: str
+    token_ids: list[int]
+    finish_reason: str | None = None
+    stats: GenerationStats | None = None
+
+
+@dataclass(frozen=True)
+class GenerationResult:
+    text: str
+    token_ids: list[int]
+    finish_reason: str
+    stats: GenerationStats = field(default_factory=GenerationStats)
+
+
+def build_request(
+    prompt: str | None = None,
+    *,
+    messages: Sequence[dict[str, str]] | None = None,
+    token_ids: Sequence[int] | None = None,
+    max_new_tokens: int = 128,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    seed: int | None = None,
+    stop: Sequence[str] = (),
+    drafter: str = "",
+    num_draft_tokens: int | None = None,
+) -> drafter_pb2.GenerateRequest:
+    """Exactly one of prompt (plain text), messages (chat) or token_ids."""
+    if sum(x is not None for x in (prompt, messages, token_ids)) != 1:
+        raise ValueError("give exactly one of prompt, messages or token_ids")
+    request = drafter_pb2.GenerateRequest(
+        max_new_tokens=max_new_tokens,
+        sampling=common_pb2.SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p),
+        stop=list(stop),
+        speculation=drafter_pb2.SpeculationParams(drafter=drafter),
+    )
+    if prompt is not None:
+        request.text = prompt
+    elif messages is not None:
+        request.chat.messages.extend(drafter_pb2.ChatMessage(role=m["role"], content=m["content"]) for m in messages)
+    else:
+        request.token_ids.ids.extend(token_ids or [])
+    if seed is not None:
+        request.sampling.seed = seed
+    if num_draft_tokens is not None:
+        request.speculation.num_draft_tokens = num_draft_tokens
+    return request
+
+
+def chunk_from_proto(msg: drafter_pb2.GenerateResponse) -> Chunk:
+    final = msg.finish_reason != drafter_pb2.FINISH_REASON_UNSPECIFIED
+    return Chunk(
+        text=msg.text,
+        token_ids=list(msg.token_ids),
+        finish_reason=drafter_pb2.FinishReason.Name(msg.finish_reason).removeprefix("FINISH_REASON_").lower() if final else None,
+        stats=GenerationStats.from_proto(msg.stats) if final else None,
+    )
+
+
+def collect(chunks: Sequence[Chunk]) -> GenerationResult:
+    last = chunks[-1]
+    return GenerationResult(
+        text="".join(c.text for c in chunks),
+        token_ids=[t for c in chunks for t in c.token_ids],
+        finish_reason=last.finish_reason or "",
+        stats=last.stats or GenerationStats(),
+    )
+
+
+class Client:
+    """Blocking client of a drafter service. Keyword arguments as in build_request."""
+
+    def __init__(self, address: str, timeout: float | None = None) -> None:
+        self._channel = grpc.insecure_channel(address)
+        self._stub = drafter_pb2_grpc.DrafterStub(self._channel)
+        self._timeout = timeout
+
+    def stream(self, prompt: str | None = None, **kwargs) -> Iterator[Chunk]:  # type: ignore[no-untyped-def]
+        call = self._stub.Generate(build_request(prompt, **kwargs), timeout=self._timeout)
+        try:
+            for msg in call:
+                yield chunk_from_proto(msg)
+        finally:
+            call.cancel()
+
+    def generate(self, prompt: str | None = None, **kwargs) -> GenerationResult:  # type: ignore[no-untyped-def]
+        return collect(list(self.stream(prompt, **kwargs)))
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AsyncClient:
+    """asyncio client of a drafter service. Keyword arguments as in build_request."""
+
+    def __init__(self, address: str, timeout: float | None = None) -> None:
+        self._channel = grpc.aio.insecure_channel(address)
+        self._stub = drafter_pb2_grpc.DrafterStub(self._channel)
+        self._timeout = timeout
+
+    async def stream(self, prompt: str | None = None, **kwargs) -> AsyncIterator[Chunk]:  # type: ignore[no-untyped-def]
+        call = self._stub.Generate(build_request(prompt, **kwargs), timeout=self._timeout)
+        try:
+            async for msg in call:
+                yield chunk_from_proto(msg)
+        finally:
+            call.cancel()
+
+    async def generate(self, prompt: str | None = None, **kwargs) -> GenerationResult:  # type: ignore[no-untyped-def]
+        return collect([c async for c in self.stream(prompt, **kwargs)])
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

@@ -1,0 +1,71 @@
+"""`specdec demo`: both services as separate processes on loopback with the default model;
+a few built-in prompts with and without speculation; a table of speeds and acceptance."""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+from specdec.client import Client, GenerationResult
+from specdec.launcher import LocalCluster
+
+PROMPTS: dict[str, str] = {
+    "code edit": (
+        "Rename the function `area` to `rectangle_area` in this code and return the whole file:\n\n"
+        "```python\ndef area(width, height):\n    \"\"\"Return the area of a rectangle.\"\"\"\n    return width * height\n\n\n"
+        "def total_area(shapes):\n    total = 0\n    for width, height in shapes:\n        total += area(width, height)\n    return total\n```"
+    ),
+    "summarize": (
+        "Summarize this passage in two sentences.\n\nThe city council met on Tuesday to discuss the new library. "
+        "The new library will have three floors, a reading garden and a children's room. The council said the "
+        "new library will open in the spring, and that the old library will become a community center. "
+        "Residents asked whether the new library will have longer opening hours, and the council said the new "
+        "library will be open every day of the week."
+    ),
+    "rag": (
+        "Answer using only the passage.\n\nPassage: The Eiffel Tower is a wrought-iron lattice tower on the Champ "
+        "de Mars in Paris, France. It is named after the engineer Gustave Eiffel, whose company designed and built "
+        "the tower from 1887 to 1889.\n\nQuestion: Who is the Eiffel Tower named after, and when was it built?"
+    ),
+    "chat": "Write a short poem about the sea.",
+}
+
+
+def _run(client: Client, prompt: str, max_new_tokens: int, k: int) -> GenerationResult:
+    return client.generate(
+        messages=[{"role": "user", "content": prompt}], max_new_tokens=max_new_tokens, temperature=0.0,
+        drafter="copy", num_draft_tokens=k,
+    )
+
+
+def main(max_new_tokens: int = 96, num_draft_tokens: int = 8) -> int:
+    log_dir = Path(tempfile.mkdtemp(prefix="specdec-demo-"))
+    print(f"starting verifier and drafter (logs in {log_dir}) ...", flush=True)
+    with LocalCluster(log_dir) as cluster, Client(cluster.address) as client:
+        print(f"drafter at {cluster.address}, verifier at {cluster.verifier.address}\n", flush=True)
+        print("streamed with the copy drafter:\n")
+        for chunk in client.stream(
+            messages=[{"role": "user", "content": PROMPTS["code edit"]}], max_new_tokens=max_new_tokens,
+            temperature=0.0, drafter="copy", num_draft_tokens=num_draft_tokens,
+        ):
+            sys.stdout.write(chunk.text)
+            sys.stdout.flush()
+        print("\n")
+        _run(client, "Hi", 4, num_draft_tokens)  # warm both paths
+        rows, speedups = [], []
+        for name, prompt in PROMPTS.items():
+            base = _run(client, prompt, max_new_tokens, 0)
+            spec = _run(client, prompt, max_new_tokens, num_draft_tokens)
+            same = "yes" if base.token_ids == spec.token_ids else "NO"
+            speedup = spec.stats.tokens_per_second / base.stats.tokens_per_second
+            speedups.append(speedup)
+            rows.append((name, base.stats.tokens_per_second, spec.stats.tokens_per_second, speedup,
+                         spec.stats.acceptance_rate, spec.stats.mean_acceptance_length, same))
+    print(f"temperature 0, {max_new_tokens} new tokens, copy drafter with {num_draft_tokens} draft tokens vs. no speculation")
+    print(f"{'prompt':<10} {'base tok/s':>10} {'spec tok/s':>10} {'speedup':>8} {'accept':>7} {'mean len':>9} {'same output':>12}")
+    for name, b, s, up, acc, mal, same in rows:
+        print(f"{name:<10} {b:>10.1f} {s:>10.1f} {up:>7.2f}x {acc:>7.2f} {mal:>9.2f} {same:>12}")
+    print(f"\ngeometric-mean speedup: {statistics.geometric_mean(speedups):.2f}x")
+    return 0

@@ -1,0 +1,44 @@
+"""Exceptions that servers map to gRPC status codes (see specdec.grpc_server).
+
+Raise these for anything a caller did or can fix; everything else is an internal error
+and reaches the client as INTERNAL without a traceback.
+"""
+
+from __future__ import annotations
+
+import grpc
+
+
+class SpecdecError(Exception):
+    """Base class: carries the gRPC status code and a message that names the field."""
+
+    code: grpc.StatusCode = grpc.StatusCode.INTERNAL
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field = field
+        self.message = message
+        super().__init__(f"{field}: {message}" if field else message)
+
+
+class InvalidArgument(SpecdecError):
+    """The request itself is wrong (a bad value, a malformed round)."""
+
+    code = grpc.StatusCode.INVALID_ARGUMENT
+
+
+class FailedPrecondition(SpecdecError):
+    """The request is well formed but not valid in the current state."""
+
+    code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class ResourceExhausted(SpecdecError):
+    """A limit was reached (sessions, memory); retrying later may succeed."""
+
+    code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+class Unavailable(SpecdecError):
+    """The server is not ready, draining, or a backend could not be reached."""
+
+    code = grpc.StatusCode.UNAVAILABLE

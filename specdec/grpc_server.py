@@ -1,0 +1,125 @@
+"""Shared server plumbing: errors to status codes, health, reflection, graceful shutdown.
+
+Follows grpc's own examples: `grpc.health.v1` reports NOT_SERVING until the service is warm and
+again once SIGTERM arrives; then `server.stop(grace)` lets running streams finish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import signal
+from collections.abc import Awaitable, Callable, Sequence
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from specdec.errors import SpecdecError
+
+log = logging.getLogger(__name__)
+
+LISTENING_PREFIX = "SPECDEC_LISTENING"
+
+
+async def _abort(context: grpc.aio.ServicerContext, error: Exception) -> None:
+    if isinstance(error, SpecdecError):
+        await context.abort(error.code, str(error))
+    if isinstance(error, grpc.aio.AioRpcError):  # a backend's status passes through, attributed
+        await context.abort(error.code(), f"upstream: {error.details()}")
+    log.exception("internal error", exc_info=error)
+    await context.abort(grpc.StatusCode.INTERNAL, "internal error (see the server log)")
+
+
+class ExceptionToStatusInterceptor(grpc.aio.ServerInterceptor):
+    """Maps SpecdecError subclasses to their status codes and anything else to INTERNAL,
+    without leaking a traceback to the client (KServe's interceptor of the same name)."""
+
+    async def intercept_service(self, continuation, handler_call_details):  # type: ignore[no-untyped-def]
+        handler = await continuation(handler_call_details)
+        if handler is None:
+            return None
+        if handler.unary_unary:
+            return handler._replace(unary_unary=_wrap_unary(handler.unary_unary))
+        if handler.unary_stream:
+            return handler._replace(unary_stream=_wrap_stream(handler.unary_stream))
+        if handler.stream_stream:
+            return handler._replace(stream_stream=_wrap_stream(handler.stream_stream))
+        return handler
+
+
+def _wrap_unary(behavior: Callable) -> Callable:
+    @functools.wraps(behavior)
+    async def wrapper(request, context):  # type: ignore[no-untyped-def]
+        try:
+            return await behavior(request, context)
+        except (asyncio.CancelledError, grpc.aio.AbortError):
+            raise
+        except Exception as error:  # noqa: BLE001 - this is the one place errors become statuses
+            await _abort(context, error)
+
+    return wrapper
+
+
+def _wrap_stream(behavior: Callable) -> Callable:
+    @functools.wraps(behavior)
+    async def wrapper(request, context):  # type: ignore[no-untyped-def]
+        try:
+            async for response in behavior(request, context):
+                yield response
+        except (asyncio.CancelledError, grpc.aio.AbortError):
+            raise
+        except Exception as error:  # noqa: BLE001
+            await _abort(context, error)
+
+    return wrapper
+
+
+async def serve(
+    *,
+    host: str,
+    port: int,
+    add_services: Callable[[grpc.aio.Server], Sequence[str]],
+    warm_up: Callable[[], Awaitable[None]],
+    grace_seconds: float,
+    options: Sequence[tuple[str, int]] = (),
+) -> None:
+    """Run a gRPC server until SIGTERM/SIGINT.
+
+    add_services registers servicers and returns their full names (for health and reflection).
+    The bound port is printed as `SPECDEC_LISTENING <port>` so launchers can use port 0.
+    """
+    server = grpc.aio.server(interceptors=[ExceptionToStatusInterceptor()], options=list(options))
+    names = list(add_services(server))
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection([*names, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
+    bound = server.add_insecure_port(f"{host}:{port}")
+    await server.start()
+    print(f"{LISTENING_PREFIX} {bound}", flush=True)
+    log.info("listening on %s:%d", host, bound)
+
+    async def set_status(status: int) -> None:
+        for name in ["", *names]:
+            await health_servicer.set(name, status)
+
+    await set_status(health_pb2.HealthCheckResponse.NOT_SERVING)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+
+    warm = asyncio.ensure_future(warm_up())
+    await asyncio.wait([warm, asyncio.ensure_future(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
+    if warm.done() and not stop.is_set():
+        if warm.exception() is None:
+            await set_status(health_pb2.HealthCheckResponse.SERVING)
+            log.info("serving")
+        else:  # stay up and NOT_SERVING, so calls get a status that says why
+            log.error("warm-up failed: %s", warm.exception())
+    await stop.wait()
+    log.info("draining for up to %.1f s", grace_seconds)
+    await set_status(health_pb2.HealthCheckResponse.NOT_SERVING)
+    await server.stop(grace_seconds)
+    warm.cancel()

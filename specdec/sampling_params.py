@@ -1,0 +1,39 @@
+"""Sampling settings shared by the drafter and the verifier (torch-free).
+
+A request's temperature, top-k and top-p define one standardized target distribution
+(Leviathan et al., section 2.3: each is just another distribution to sample from).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from specdec.errors import InvalidArgument
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to turn the target's logits into the distribution p we sample from.
+
+    temperature: 0 means greedy (argmax); otherwise logits are divided by it.
+    top_k: keep the k most likely tokens; 0 disables.
+    top_p: keep the smallest set of most likely tokens whose mass reaches top_p; 1.0 disables.
+    """
+
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+    def validate(self, field_prefix: str = "sampling") -> None:
+        """Raise InvalidArgument naming the offending field."""
+        if not math.isfinite(self.temperature) or self.temperature < 0:
+            raise InvalidArgument(f"{field_prefix}.temperature", f"must be >= 0, got {self.temperature}")
+        if self.top_k < 0:
+            raise InvalidArgument(f"{field_prefix}.top_k", f"must be >= 0 (0 disables), got {self.top_k}")
+        if not (0.0 < self.top_p <= 1.0):
+            raise InvalidArgument(f"{field_prefix}.top_p", f"must be in (0, 1], got {self.top_p}")

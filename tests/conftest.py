@@ -1,0 +1,45 @@
+"""Fixtures shared by the suite: the real default model and real services on loopback."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from specdec.launcher import LocalCluster
+from specdec.model_files import tokenizer_dir
+from specdec.tokenizer import Tokenizer
+
+
+@pytest.fixture(scope="session")
+def tokenizer() -> Tokenizer:
+    return Tokenizer(tokenizer_dir("default"))
+
+
+@pytest.fixture(scope="session")
+def reference_model():  # type: ignore[no-untyped-def]
+    """The target as plain transformers sees it, in the test process (the ground truth)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from verifier_svc.model_loader import model_dir
+
+    torch.manual_seed(0)
+    return AutoModelForCausalLM.from_pretrained(str(model_dir("default")), dtype=torch.float32).eval()
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """A verifier and a drafter as separate processes, shared by the integration tests.
+
+    The verifier's token limit and the drafter's max_new_tokens cap are set low so that the
+    limit checks can be exercised cheaply.
+    """
+    logs: Path = tmp_path_factory.mktemp("cluster-logs")
+    with LocalCluster(
+        logs,
+        verifier_args=["--max-draft-tokens", "16", "--max-sessions", "8"],
+        drafter_args=["--max-new-tokens-cap", "512"],
+    ) as c:
+        yield c

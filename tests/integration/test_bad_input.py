@@ -1,0 +1,104 @@
+"""Bad input gets a precise status naming the field, and a healthy session running alongside
+is unaffected (its tokens equal an undisturbed run's: none lost, none duplicated)."""
+
+from __future__ import annotations
+
+import threading
+
+import grpc
+import pytest
+
+from specdec.client import Client
+from specdec.v1 import common_pb2, verifier_pb2, verifier_pb2_grpc
+
+PROMPT = "Write a numbered list of ten fruits."
+Code = grpc.StatusCode
+
+DRAFTER_CASES = [
+    ("empty prompt", dict(prompt=""), Code.INVALID_ARGUMENT, "text"),
+    ("empty token prompt", dict(token_ids=[]), Code.INVALID_ARGUMENT, "token_ids"),
+    ("prompt over context", dict(token_ids=[42] * 8192), Code.INVALID_ARGUMENT, "prompt"),
+    ("temperature < 0", dict(prompt="hi", temperature=-0.5), Code.INVALID_ARGUMENT, "sampling.temperature"),
+    ("top_p = 0", dict(prompt="hi", top_p=0.0), Code.INVALID_ARGUMENT, "sampling.top_p"),
+    ("top_p > 1", dict(prompt="hi", top_p=1.5), Code.INVALID_ARGUMENT, "sampling.top_p"),
+    ("top_k < 0", dict(prompt="hi", top_k=-1), Code.INVALID_ARGUMENT, "sampling.top_k"),
+    ("max_new_tokens = 0", dict(prompt="hi", max_new_tokens=0), Code.INVALID_ARGUMENT, "max_new_tokens"),
+    ("max_new_tokens < 0", dict(prompt="hi", max_new_tokens=-3), Code.INVALID_ARGUMENT, "max_new_tokens"),
+    ("max_new_tokens over cap", dict(prompt="hi", max_new_tokens=513), Code.INVALID_ARGUMENT, "max_new_tokens"),
+    ("unknown drafter", dict(prompt="hi", drafter="medusa"), Code.INVALID_ARGUMENT, "speculation.drafter"),
+    ("draft length over limit", dict(prompt="hi", num_draft_tokens=17), Code.INVALID_ARGUMENT, "speculation.num_draft_tokens"),
+    ("token id >= vocab", dict(token_ids=[1, 2, 49152]), Code.INVALID_ARGUMENT, "token_ids.ids"),
+    ("negative token id", dict(token_ids=[1, -2]), Code.INVALID_ARGUMENT, "token_ids.ids"),
+    ("empty stop string", dict(prompt="hi", stop=[""]), Code.INVALID_ARGUMENT, "stop"),
+]
+
+
+def _q(ids: list[int], probs: list[float]) -> common_pb2.SparseDistribution:
+    return common_pb2.SparseDistribution(token_ids=ids, probs=probs)
+
+
+def _open(prompt: list[int] = [1, 2, 3]) -> verifier_pb2.VerifyRequest:  # noqa: B006
+    return verifier_pb2.VerifyRequest(open=verifier_pb2.OpenSession(prompt_token_ids=prompt, sampling=common_pb2.SamplingParams(temperature=0.7)))
+
+
+def _round(*drafts: tuple[int, common_pb2.SparseDistribution]) -> verifier_pb2.VerifyRequest:
+    return verifier_pb2.VerifyRequest(round=verifier_pb2.Round(draft_tokens=[verifier_pb2.DraftToken(token_id=t, q=q) for t, q in drafts]))
+
+
+CLOSE = verifier_pb2.VerifyRequest(close=verifier_pb2.CloseSession())
+VERIFIER_CASES = [
+    ("q sums to 0.5", [_open(), _round((5, _q([5, 6], [0.25, 0.25])))], Code.INVALID_ARGUMENT, "round.draft_tokens[0].q.probs"),
+    ("q negative", [_open(), _round((5, _q([5, 6], [1.5, -0.5])))], Code.INVALID_ARGUMENT, "round.draft_tokens[0].q.probs"),
+    ("q lacks its token", [_open(), _round((5, _q([6], [1.0])))], Code.INVALID_ARGUMENT, "round.draft_tokens[0].q"),
+    ("q empty", [_open(), _round((5, _q([], [])))], Code.INVALID_ARGUMENT, "round.draft_tokens[0].q"),
+    ("q duplicate ids", [_open(), _round((5, _q([5, 5], [0.5, 0.5])))], Code.INVALID_ARGUMENT, "round.draft_tokens[0].q.token_ids"),
+    ("q id outside vocab", [_open(), _round((5, _q([5, 60000], [0.5, 0.5])))], Code.INVALID_ARGUMENT, "round.draft_tokens[0].q.token_ids"),
+    ("draft id outside vocab", [_open(), _round((60000, _q([60000], [1.0])))], Code.INVALID_ARGUMENT, "round.draft_tokens.token_id"),
+    ("too many drafts", [_open(), _round(*[(5, _q([5], [1.0]))] * 17)], Code.INVALID_ARGUMENT, "round.draft_tokens"),
+    ("prompt id outside vocab", [_open([1, 49152])], Code.INVALID_ARGUMENT, "open.prompt_token_ids"),
+    ("empty prompt", [_open([])], Code.INVALID_ARGUMENT, "open.prompt_token_ids"),
+    ("round before open", [_round()], Code.FAILED_PRECONDITION, "round"),
+    ("round after close", [_open(), _round(), CLOSE, _round()], Code.FAILED_PRECONDITION, "round"),
+    ("second open", [_open(), _open()], Code.FAILED_PRECONDITION, "open"),
+    ("empty message", [verifier_pb2.VerifyRequest()], Code.INVALID_ARGUMENT, "kind"),
+]
+
+
+@pytest.fixture(scope="module")
+def undisturbed(cluster) -> list[int]:  # type: ignore[no-untyped-def]
+    with Client(cluster.address) as client:
+        return client.generate(messages=[{"role": "user", "content": PROMPT}], max_new_tokens=96, temperature=0.0, num_draft_tokens=4).token_ids
+
+
+def _healthy_session(address: str, out: list) -> None:
+    with Client(address) as client:
+        out.append(client.generate(messages=[{"role": "user", "content": PROMPT}], max_new_tokens=96, temperature=0.0, num_draft_tokens=4).token_ids)
+
+
+def test_bad_requests_get_precise_statuses_while_a_session_runs(cluster, undisturbed) -> None:  # type: ignore[no-untyped-def]
+    healthy: list[list[int]] = []
+    runner = threading.Thread(target=_healthy_session, args=(cluster.address, healthy))
+    runner.start()
+    with Client(cluster.address) as client, grpc.insecure_channel(cluster.verifier.address) as channel:
+        for name, kwargs, code, field in DRAFTER_CASES:
+            with pytest.raises(grpc.RpcError) as caught:
+                client.generate(**{"max_new_tokens": 8, **kwargs})
+            assert caught.value.code() == code, name
+            assert caught.value.details().startswith(field), f"{name}: {caught.value.details()}"
+        verifier = verifier_pb2_grpc.VerifierStub(channel)
+        for name, messages, code, field in VERIFIER_CASES:
+            with pytest.raises(grpc.RpcError) as caught:
+                list(verifier.Verify(iter(messages)))
+            assert caught.value.code() == code, name
+            assert caught.value.details().startswith(field), f"{name}: {caught.value.details()}"
+    runner.join(timeout=300)
+    assert healthy == [undisturbed]
+    with grpc.insecure_channel(cluster.verifier.address) as channel:
+        load = verifier_pb2_grpc.VerifierStub(channel).GetLoad(verifier_pb2.GetLoadRequest())
+    assert load.open_sessions == 0  # every refused stream released its session
+
+
+def test_valid_requests_still_work_after_errors(cluster) -> None:  # type: ignore[no-untyped-def]
+    with Client(cluster.address) as client:
+        result = client.generate("Hello", max_new_tokens=4, temperature=0.0)
+    assert len(result.token_ids) >= 1

@@ -1,0 +1,96 @@
+"""Exactness end to end: through the real services and model, at temperature 0.8 and top_k 50,
+the first generated token over 2,000 seeded requests follows the target's own next-token
+distribution computed directly with transformers.
+
+The prompt makes the copy drafter draft the first token (" tea", copied from "You like tea"),
+and the target gives that draft a moderate probability, so both the accepted and the rejected
+(recovered-token) paths of Algorithm 1 are exercised on most seeds.
+
+The bound: Pearson's chi-square goodness-of-fit statistic over the tokens with expected count
+>= 5 (the rest pooled into one cell) is asymptotically chi2(cells - 1) under exactness; the test
+fails when its p-value is below ALPHA = 1e-4. Seeds are fixed, so the outcome is deterministic.
+Power: the same counts must REJECT plausible bugs (temperature ignored, top-k ignored, drafts
+always accepted), which shows 2,000 samples are enough to see a wrong distribution.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats as scipy_stats
+
+from drafter_svc.copy_drafter import CopyDrafter
+from specdec.client import AsyncClient
+
+PROMPT = "I like coffee. You like tea. We like"
+TEMPERATURE, TOP_K = 0.8, 50
+SAMPLES = 2000
+CONCURRENCY = 4
+ALPHA = 1e-4
+
+
+def target_distribution(logits: torch.Tensor, temperature: float, top_k: int) -> np.ndarray:
+    """softmax(logits / T) restricted to the top_k tokens and renormalized: the definition."""
+    probs = torch.softmax(logits.double() / temperature, dim=-1)
+    if top_k:
+        keep = torch.zeros_like(probs, dtype=torch.bool)
+        keep[probs.topk(top_k).indices] = True
+        probs = torch.where(keep, probs, 0.0)
+    return (probs / probs.sum()).numpy()
+
+
+def chi_square_p_value(counts: Counter, probs: np.ndarray, n: int) -> float:
+    expected = probs * n
+    big = np.flatnonzero(expected >= 5)
+    observed = np.array([counts.get(int(t), 0) for t in big], dtype=float)
+    rest_obs, rest_exp = n - observed.sum(), n - expected[big].sum()
+    if rest_exp < 1e-9 and rest_obs > 0:
+        return 0.0  # tokens seen that the distribution says are impossible
+    obs = np.append(observed, rest_obs) if rest_exp >= 1e-9 else observed
+    exp = np.append(expected[big], rest_exp) if rest_exp >= 1e-9 else expected[big]
+    return float(scipy_stats.chisquare(obs, exp).pvalue)
+
+
+async def first_tokens(address: str, prompt_ids: list[int]) -> tuple[Counter, int, int]:
+    counts: Counter = Counter()
+    drafted = accepted = 0
+    seeds = iter(range(SAMPLES))
+    async with AsyncClient(address) as client:
+        async def worker() -> None:
+            nonlocal drafted, accepted
+            for seed in seeds:
+                result = await client.generate(
+                    token_ids=prompt_ids, max_new_tokens=2, temperature=TEMPERATURE, top_k=TOP_K,
+                    seed=seed, drafter="copy", num_draft_tokens=1,
+                )
+                counts[result.token_ids[0]] += 1
+                drafted += result.stats.drafted_tokens
+                accepted += result.stats.accepted_tokens
+        await asyncio.gather(*(worker() for _ in range(CONCURRENCY)))
+    return counts, drafted, accepted
+
+
+@pytest.mark.slow
+def test_first_token_follows_the_target_distribution(cluster, reference_model, tokenizer) -> None:  # type: ignore[no-untyped-def]
+    prompt_ids = tokenizer.encode(PROMPT)
+    draft = CopyDrafter().propose(prompt_ids, 1).token_ids
+    with torch.inference_mode():
+        logits = reference_model(torch.tensor([prompt_ids])).logits[0, -1]
+    p = target_distribution(logits, TEMPERATURE, TOP_K)
+    assert len(draft) == 1 and 0.2 < p[draft[0]] < 0.8, "the prompt must make both paths likely"
+
+    counts, drafted, accepted = asyncio.run(first_tokens(cluster.address, prompt_ids))
+    assert sum(counts.values()) == SAMPLES
+    assert drafted >= SAMPLES  # every request drafted its first token
+    assert 0.2 * SAMPLES < accepted < 0.8 * SAMPLES
+
+    assert chi_square_p_value(counts, p, SAMPLES) > ALPHA, counts.most_common(10)
+    # Power: plausible bugs are rejected by the same counts.
+    always_accept = np.zeros_like(p)
+    always_accept[draft[0]] = 1.0
+    for wrong in (target_distribution(logits, 1.0, TOP_K), target_distribution(logits, TEMPERATURE, 0), always_accept):
+        assert chi_square_p_value(counts, wrong, SAMPLES) < ALPHA

@@ -1,0 +1,66 @@
+"""Session lifecycle across the two services: seeds, disconnects, streaming, stop strings."""
+
+from __future__ import annotations
+
+import time
+
+import grpc
+
+from specdec.client import Client
+from specdec.v1 import verifier_pb2, verifier_pb2_grpc
+
+POEM = [{"role": "user", "content": "Write a long poem about the mountains and the rivers."}]
+
+
+def _open_sessions(cluster) -> int:  # type: ignore[no-untyped-def]
+    with grpc.insecure_channel(cluster.verifier.address) as channel:
+        return verifier_pb2_grpc.VerifierStub(channel).GetLoad(verifier_pb2.GetLoadRequest()).open_sessions
+
+
+def test_same_seed_same_output_and_different_seeds_differ(cluster) -> None:  # type: ignore[no-untyped-def]
+    with Client(cluster.address) as client:
+        def run(seed: int, drafter: str = "copy") -> list[int]:
+            return client.generate(messages=POEM, max_new_tokens=24, temperature=1.0, seed=seed, drafter=drafter, num_draft_tokens=4).token_ids
+
+        first = run(1234)
+        assert run(1234) == first
+        assert run(1234, "ngram") != [] and run(1234, "ngram") == run(1234, "ngram")
+        others = {tuple(run(seed)) for seed in range(5)}
+        assert len(others | {tuple(first)}) >= 5, "different seeds should give different samples at temperature 1"
+
+
+def test_client_disconnect_frees_the_verifier_session(cluster) -> None:  # type: ignore[no-untyped-def]
+    with Client(cluster.address) as client:
+        stream = client.stream(messages=POEM, max_new_tokens=400, temperature=0.0, num_draft_tokens=4)
+        next(stream)
+        next(stream)
+        assert _open_sessions(cluster) == 1
+        stream.close()  # cancels the RPC mid-generation
+    deadline = time.monotonic() + 10
+    while _open_sessions(cluster) != 0 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _open_sessions(cluster) == 0
+
+
+def test_stream_deltas_concatenate_to_the_text_and_stats_add_up(cluster, tokenizer) -> None:  # type: ignore[no-untyped-def]
+    with Client(cluster.address) as client:
+        chunks = list(client.stream(messages=POEM, max_new_tokens=48, temperature=0.0, num_draft_tokens=4))
+    assert len(chunks) > 1 and all(c.finish_reason is None for c in chunks[:-1])
+    ids = [t for c in chunks for t in c.token_ids]
+    assert "".join(c.text for c in chunks) == tokenizer.decode(ids)
+    stats = chunks[-1].stats
+    assert stats.generated_tokens == len(ids) == 48 and chunks[-1].finish_reason == "length"
+    assert stats.rounds == stats.generated_tokens - stats.accepted_tokens
+    assert stats.mean_acceptance_length == 1 + stats.accepted_tokens / stats.rounds
+    assert 0 < stats.verify_seconds < stats.total_seconds
+
+
+def test_stop_string_ends_generation_before_it(cluster) -> None:  # type: ignore[no-untyped-def]
+    messages = [{"role": "user", "content": "Count from 1 to 20, separated by commas."}]
+    with Client(cluster.address) as client:
+        full = client.generate(messages=messages, max_new_tokens=60, temperature=0.0)
+        assert "7" in full.text
+        stop = full.text[full.text.index("7"):][:2]
+        cut = client.generate(messages=messages, max_new_tokens=60, temperature=0.0, stop=[stop])
+    assert cut.finish_reason == "stop"
+    assert cut.text == full.text[: full.text.index(stop)]

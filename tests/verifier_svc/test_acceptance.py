@@ -1,0 +1,374 @@
+"""The acceptance rule is exact: speculative sampling emits tokens distributed as the target p.
+
+Statistical claims get statistical tests with a stated bound (see l1_bound); greedy gets a
+table of exact cases; the fast verify_speculative is compared with a slow, literal reference.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from verifier_svc.acceptance import MIN_RESIDUAL_MASS, RoundVerdict, verify_greedy, verify_speculative
+
+FAILURE_PROB = 1e-6  # per statistical assertion
+MOVED_MASS = 0.02  # the smallest error the distribution tests must catch: L1 distance 0.04
+VOCAB = 8
+NUM_SAMPLES = 100_000
+JOINT_VOCAB = 4
+NUM_JOINT_SAMPLES = 130_000
+
+
+def l1_bound(num_cells: int, num_samples: int, failure_prob: float = FAILURE_PROB) -> float:
+    """The L1 distance an honest empirical distribution stays below, but with prob failure_prob.
+
+    Bretagnolle-Huber-Carol: for the empirical distribution p_hat of n i.i.d. draws from p on
+    V cells, P(||p_hat - p||_1 >= eps) <= 2^V exp(-n eps^2 / 2). Setting the right side to
+    delta gives eps = sqrt(2 (V ln 2 + ln(1/delta)) / n). With delta = 1e-6:
+      first token, V = 8 cells,        n = 100,000: eps = 0.0197
+      two tokens,  V = 4^2 = 16 cells, n = 130,000: eps = 0.0196
+    Power: if a broken rule emits r instead of p then, but with prob delta, ||p_hat - r||_1 < eps
+    and so ||p_hat - p||_1 > ||r - p||_1 - eps: every r with ||r - p||_1 >= 2 eps fails the test.
+    Moving 0.02 of mass between two tokens (L1 0.04 > 2 eps in both settings) is such an r.
+    """
+    return math.sqrt(2 * (num_cells * math.log(2) + math.log(1 / failure_prob)) / num_samples)
+
+
+def empirical(samples: torch.Tensor, num_cells: int) -> torch.Tensor:
+    return torch.bincount(samples, minlength=num_cells).double() / samples.numel()
+
+
+def with_moved_mass(p: torch.Tensor) -> torch.Tensor:
+    """p with MOVED_MASS taken from its most likely cell and given to its least likely one."""
+    wrong = p.double().clone()
+    wrong[p.argmax()] -= MOVED_MASS
+    wrong[p.argmin()] += MOVED_MASS
+    return wrong
+
+
+def assert_distributed_as(samples: torch.Tensor, p: torch.Tensor, wrong: dict[str, torch.Tensor]) -> None:
+    """samples ~ p within l1_bound, and the same statistic tells p apart from each wrong r."""
+    num_cells, num_samples = p.numel(), samples.numel()
+    eps = l1_bound(num_cells, num_samples)
+    p_hat = empirical(samples, num_cells)
+    distance = (p_hat - p.double()).abs().sum().item()
+    assert distance < eps, f"||p_hat - p||_1 = {distance:.4f} >= {eps:.4f}: emitted tokens are not distributed as p"
+    for name, r in wrong.items():
+        r_distance = (r.double() - p.double()).abs().sum().item()
+        assert r_distance >= 2 * eps, f"{name} is too close to p for this test to have power"
+        statistic = (p_hat - r.double()).abs().sum().item()
+        assert statistic > eps, f"the test cannot tell p from {name}: {statistic:.4f} <= {eps:.4f}"
+
+
+# ---------------------------------------------------------------- one drafted token
+
+
+def dense(ids: torch.Tensor, probs: torch.Tensor, vocab: int) -> torch.Tensor:
+    return torch.zeros(vocab).index_add_(0, ids, probs)
+
+
+def softmax_with_zeros(seed: int, zeros: tuple[int, ...] = (), vocab: int = VOCAB) -> torch.Tensor:
+    logits = 1.5 * torch.randn(vocab, generator=torch.Generator().manual_seed(seed))
+    logits[list(zeros)] = float("-inf")
+    return logits.softmax(dim=-1)
+
+
+def point_mass(token: int) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.tensor([token]), torch.tensor([1.0])
+
+
+def one_token_cases() -> dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """name -> (p [V], q_ids [S], q_probs [S])."""
+    dense_p = softmax_with_zeros(1)
+    likely_p = softmax_with_zeros(3)
+    zero_p = softmax_with_zeros(4, zeros=(2, 5, 6))
+    equal_p = softmax_with_zeros(5, zeros=(1,))
+    sparse_p = softmax_with_zeros(6, zeros=(6,))
+    # Padding (probability 0) repeats the real id 0 after it: scatter-assign would erase q(0).
+    padded_p = torch.tensor([0.30, 0.05, 0.10, 0.05, 0.20, 0.10, 0.15, 0.05])
+    return {
+        "dense random p and q": (dense_p, torch.arange(VOCAB), softmax_with_zeros(2)),
+        "point-mass q on a likely token": (likely_p, *point_mass(int(likely_p.argmax()))),
+        "point-mass q on a token with p = 0": (zero_p, *point_mass(5)),
+        "q = p (always accepted)": (equal_p, equal_p.nonzero().squeeze(1), equal_p[equal_p > 0]),
+        "sparse q, partly where p = 0": (sparse_p, torch.tensor([1, 4, 6]), torch.tensor([0.5, 0.3, 0.2])),
+        "q with padding that repeats a real id": (
+            padded_p,
+            torch.tensor([5, 0, 2, 0, 0]),
+            torch.tensor([0.3, 0.6, 0.1, 0.0, 0.0]),
+        ),
+    }
+
+
+def run_one_token_drafts(
+    p: torch.Tensor, q_ids: torch.Tensor, q_probs: torch.Tensor, num_samples: int, seed: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Draft x ~ q (the test's own generator), verify it with the real verify_speculative;
+    return the first emitted token and whether the draft was accepted, each [num_samples]."""
+    drafts = torch.multinomial(dense(q_ids, q_probs, p.numel()), num_samples, replacement=True,
+                               generator=torch.Generator().manual_seed(seed))  # [n]
+    target = torch.stack([p, softmax_with_zeros(seed + 1, vocab=p.numel())])  # [2, V]: p, then the bonus row
+    ids, probs = q_ids.unsqueeze(0), q_probs.unsqueeze(0)  # [1, S]
+    generator = torch.Generator().manual_seed(seed + 2)
+    first, accepted = [], []
+    for x, draft in zip(drafts.tolist(), drafts.unsqueeze(1).unbind(0)):
+        verdict = verify_speculative(target, draft, ids, probs, generator)
+        first.append(x if verdict.num_accepted else verdict.next_token)
+        accepted.append(verdict.num_accepted == 1)
+    return torch.tensor(first), torch.tensor(accepted)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(one_token_cases()))
+def test_first_emitted_token_is_distributed_as_p(name: str) -> None:
+    cases = one_token_cases()
+    p, q_ids, q_probs = cases[name]
+    q = dense(q_ids, q_probs, VOCAB)
+    first, accepted = run_one_token_drafts(p, q_ids, q_probs, NUM_SAMPLES, seed=100 * list(cases).index(name))
+
+    wrong = {"p with 0.02 of mass moved": with_moved_mass(p)}
+    # Plausible broken rules, where they differ from p enough to be told apart:
+    # accept every draft (emits q); on rejection resample from p instead of the residual.
+    overlap = torch.minimum(p, q)
+    for rule, r in {"q": q, "resampling from p": overlap + (1 - overlap.sum()) * p}.items():
+        if (r - p).abs().sum() >= 2 * l1_bound(VOCAB, NUM_SAMPLES):
+            wrong[rule] = r
+    assert_distributed_as(first, p, wrong)
+
+    assert (p[first[accepted]] > 0).all(), "accepted a draft the target gives probability 0"
+    if name.startswith("q = p"):
+        assert accepted.all()
+    if name.startswith("point-mass q on a token with p = 0"):
+        assert not accepted.any()
+
+
+def test_empty_draft_samples_p() -> None:
+    """k = 0: the next token is plain sampling from p_0 (and is a bonus token by definition)."""
+    num_samples = 20_000  # eps = 0.044 by l1_bound: enough to catch sampling from the wrong row
+    p0, p1 = softmax_with_zeros(11), softmax_with_zeros(12)
+    target = torch.stack([p0])  # [1, V]
+    generator = torch.Generator().manual_seed(0)
+    no_ids, no_probs = torch.zeros((0, 1), dtype=torch.long), torch.zeros((0, 1))
+    verdicts = [verify_speculative(target, torch.zeros(0, dtype=torch.long), no_ids, no_probs, generator)
+                for _ in range(num_samples)]
+    assert all(v.is_bonus and v.num_accepted == 0 and v.acceptance_probs.shape == (0,) for v in verdicts)
+    assert_distributed_as(torch.tensor([v.next_token for v in verdicts]), p0, {"p of another row": p1})
+
+
+# ---------------------------------------------------------------- two drafted tokens
+
+
+@pytest.mark.slow
+def test_first_two_emitted_tokens_are_jointly_distributed_as_p() -> None:
+    """A 2-step target p1(x1) p2(x2 | x1) (p3 for the bonus), drafts x1 ~ q1, x2 ~ q2(. | x1).
+
+    The first two emitted tokens are the accepted drafts and the next token; when only one
+    token is emitted, decoding continues as the service would: plain sampling from p2(. | first).
+    """
+    v, n = JOINT_VOCAB, NUM_JOINT_SAMPLES
+    gen = torch.Generator().manual_seed(2024)
+    p1 = torch.randn(v, generator=gen).softmax(-1)  # [V]
+    p2_logits = torch.randn(v, v, generator=gen)
+    p2_logits[1, 3] = p2_logits[3, 0] = float("-inf")  # some continuations impossible under p
+    p2 = p2_logits.softmax(-1)  # [V(x1), V]
+    p3 = torch.randn(v, v, v, generator=gen).softmax(-1)  # [V(x1), V(x2), V]
+    q1 = torch.randn(v, generator=gen).softmax(-1)  # [V]
+    q2 = torch.randn(v, v, generator=gen).softmax(-1)  # [V(x1), V]
+    q2[2] = torch.nn.functional.one_hot(torch.tensor(3), v).float()  # a deterministic drafter after x1 = 2
+
+    x1 = torch.multinomial(q1, n, replacement=True, generator=gen)  # [n]
+    x2 = torch.multinomial(q2[x1], 1, generator=gen).squeeze(1)  # [n]
+    drafts = torch.stack([x1, x2], dim=1)  # [n, 2]
+    target = torch.stack([p1.expand(v, v, v), p2.unsqueeze(1).expand(v, v, v), p3], dim=2)  # [V, V, 3, V]
+    target_rows = [[target[a, b].contiguous() for b in range(v)] for a in range(v)]  # rows [p1, p2(.|a), p3(.|a,b)]
+    q_ids = torch.arange(v).expand(2, v)  # [2, V]
+    q_probs = [torch.stack([q1, q2[a]]) for a in range(v)]  # [2, V] per x1
+
+    generator = torch.Generator().manual_seed(7)
+    first, second = [], []
+    for (a, b), draft in zip(drafts.tolist(), drafts.unbind(0)):
+        verdict = verify_speculative(target_rows[a][b], draft, q_ids, q_probs[a], generator)
+        emitted = [a, b][: verdict.num_accepted] + [verdict.next_token]
+        first.append(emitted[0])
+        second.append(emitted[1] if len(emitted) > 1 else -1)
+    first_t, second_t = torch.tensor(first), torch.tensor(second)
+    cont = second_t < 0
+    second_t[cont] = torch.multinomial(p2[first_t[cont]], 1, generator=gen).squeeze(1)
+
+    joint = (p1[:, None] * p2).flatten()  # [V * V]
+    assert_distributed_as(first_t * v + second_t, joint, {"p with 0.02 of mass moved": with_moved_mass(joint)})
+
+
+# ---------------------------------------------------------------- exact properties
+
+
+def logits_with_argmax(argmax: list[int], vocab: int = 6) -> torch.Tensor:
+    logits = torch.rand(len(argmax), vocab, generator=torch.Generator().manual_seed(len(argmax)))  # [rows, V] in [0, 1)
+    logits[torch.arange(len(argmax)), torch.tensor(argmax)] = 5.0
+    return logits
+
+
+GREEDY_TABLE = [
+    # (row argmaxes, drafts, expected num_accepted, next_token, acceptance_probs)
+    ([1, 3, 4], [1, 3], 2, 4, [1.0, 1.0]),  # all accepted: bonus = argmax of row k
+    ([1, 3, 4], [2, 3], 0, 1, [0.0, 1.0]),  # first rejected; later rows still scored
+    ([1, 3, 0, 2], [1, 4, 0], 1, 3, [1.0, 0.0, 1.0]),  # middle rejected
+    ([1, 3, 0, 2], [1, 3, 5], 2, 0, [1.0, 1.0, 0.0]),  # last rejected
+    ([2], [], 0, 2, []),  # k = 0: plain greedy
+]
+
+
+@pytest.mark.parametrize(("argmax", "drafts", "num_accepted", "next_token", "probs"), GREEDY_TABLE)
+def test_verify_greedy_table(argmax: list[int], drafts: list[int], num_accepted: int, next_token: int, probs: list[float]) -> None:
+    verdict = verify_greedy(logits_with_argmax(argmax), torch.tensor(drafts, dtype=torch.long))
+    assert (verdict.num_accepted, verdict.next_token, verdict.is_bonus) == (num_accepted, next_token, num_accepted == len(drafts))
+    assert verdict.acceptance_probs.dtype == torch.float32
+    assert verdict.acceptance_probs.tolist() == probs
+
+
+def test_verify_greedy_ties_go_to_the_lowest_id() -> None:
+    logits = torch.tensor([[0.0, 2.0, 0.0, 2.0], [1.0, 1.0, 0.0, 0.0]])
+    assert verdict_key(verify_greedy(logits, torch.tensor([3]))) == (0, 1, False, (0.0,))
+    assert verdict_key(verify_greedy(logits, torch.tensor([1]))) == (1, 0, True, (1.0,))
+
+
+def test_acceptance_probs_cover_every_drafted_token() -> None:
+    """min(1, p_i(x_i) / q_i(x_i)) at every position, also after the first rejection; q_i(x_i)
+    sums repeated support entries; p_i(x_i) = 0 gives 0."""
+    target = torch.tensor([[0.1, 0.6, 0.3, 0.0], [0.25, 0.25, 0.25, 0.25], [0.0, 0.5, 0.5, 0.0], [0.4, 0.3, 0.2, 0.1]])
+    drafts = torch.tensor([0, 2, 3])
+    q_ids = torch.tensor([[0, 1, 0], [2, 2, 1], [3, 0, 0]])
+    q_probs = torch.tensor([[0.5, 0.5, 0.0], [0.25, 0.25, 0.5], [1.0, 0.0, 0.0]])
+    for seed in range(20):
+        verdict = verify_speculative(target, drafts, q_ids, q_probs, torch.Generator().manual_seed(seed))
+        torch.testing.assert_close(verdict.acceptance_probs, torch.tensor([0.2, 0.5, 0.0]))
+        assert verdict.num_accepted < 3  # draft 2 has p = 0: never accepted
+
+
+def test_residual_without_mass_falls_back_to_p() -> None:
+    # A declared q above p everywhere (q sums past 1, as wire rounding allows): max(p - q, 0) = 0.
+    target = torch.tensor([[0.0, 0.0, 1.0, 0.0], [0.25, 0.25, 0.25, 0.25]])
+    outcomes = set()
+    for seed in range(200):
+        verdict = verify_speculative(target, torch.tensor([2]), torch.tensor([[2]]), torch.tensor([[1.25]]),
+                                     torch.Generator().manual_seed(seed))
+        outcomes.add(verdict.num_accepted)
+        if verdict.num_accepted == 0:
+            assert verdict.next_token == 2  # recovered from p itself
+    assert outcomes == {0, 1}
+    assert MIN_RESIDUAL_MASS < 1e-6
+
+
+def test_inputs_and_global_rng_are_untouched() -> None:
+    inputs = random_round(torch.Generator().manual_seed(3), k=3)
+    copies = [t.clone() for t in inputs]
+    torch.manual_seed(123)
+    global_state = torch.random.get_rng_state()
+    for seed in range(50):
+        verify_speculative(*inputs, torch.Generator().manual_seed(seed))
+    assert torch.equal(torch.random.get_rng_state(), global_state)
+    assert all(torch.equal(a, b) for a, b in zip(inputs, copies))
+
+
+def verdict_key(v: RoundVerdict) -> tuple[int, int, bool, tuple[float, ...]]:
+    return v.num_accepted, v.next_token, v.is_bonus, tuple(v.acceptance_probs.tolist())
+
+
+def test_same_seed_same_verdicts_different_seeds_differ() -> None:
+    rounds = [random_round(torch.Generator().manual_seed(i)) for i in range(300)]
+
+    def run(seed: int) -> list[tuple[int, int, bool, tuple[float, ...]]]:
+        generator = torch.Generator().manual_seed(seed)
+        return [verdict_key(verify_speculative(*r, generator)) for r in rounds]
+
+    assert run(1) == run(1)
+    other = run(2)
+    assert sum(a != b for a, b in zip(run(1), other)) > 30
+
+
+# ---------------------------------------------------------------- fast path vs. slow reference
+
+
+def reference_verify_speculative(
+    target_probs: torch.Tensor,
+    draft_tokens: torch.Tensor,
+    draft_q_ids: torch.Tensor,
+    draft_q_probs: torch.Tensor,
+    generator: torch.Generator,
+) -> RoundVerdict:
+    """Algorithm 1 of Leviathan et al., literally: a python loop over positions with dense q.
+
+    It consumes `generator` in the fast path's order: the k acceptance uniforms in one
+    torch.rand(k), then one torch.multinomial (whose draws depend only on the vocabulary size).
+    So for the same seed the two must agree EXACTLY, which is stronger than comparing output
+    distributions: that would let a bias below the statistical bound through. Float rounding
+    could flip a decision only for a uniform within ~1e-7 of an acceptance probability; the
+    seeds are fixed, so the comparison is deterministic.
+    """
+    k, vocab = len(draft_tokens), target_probs.shape[1]
+    q = torch.zeros(k, vocab)  # [k, V]
+    for i in range(k):
+        for token, prob in zip(draft_q_ids[i].tolist(), draft_q_probs[i].tolist()):
+            q[i, token] += prob
+    acceptance = []
+    for i in range(k):
+        p_x, q_x = float(target_probs[i, draft_tokens[i]]), float(q[i, draft_tokens[i]])
+        acceptance.append(0.0 if p_x == 0 else min(1.0, p_x / q_x) if q_x > 0 else 1.0)
+    uniforms = torch.rand(k, generator=generator).tolist()
+    for i in range(k):
+        if not uniforms[i] < acceptance[i]:
+            residual = torch.clamp(target_probs[i] - q[i], min=0.0)
+            dist = residual / residual.sum() if residual.sum() > MIN_RESIDUAL_MASS else target_probs[i]
+            token = int(torch.multinomial(dist, 1, generator=generator))
+            return RoundVerdict(i, token, False, torch.tensor(acceptance))
+    token = int(torch.multinomial(target_probs[k], 1, generator=generator))
+    return RoundVerdict(k, token, True, torch.tensor(acceptance, dtype=torch.float32))
+
+
+def random_round(gen: torch.Generator, k: int | None = None) -> tuple[torch.Tensor, ...]:
+    """A random round: target with zeros (as top-k/top-p leave them), sparse padded q that
+    are sometimes point masses and sometimes equal to p, drafts sampled from q."""
+    vocab = int(torch.randint(2, 12, (1,), generator=gen))
+    k = int(torch.randint(0, 6, (1,), generator=gen)) if k is None else k
+    logits = 2 * torch.randn(k + 1, vocab, generator=gen)
+    logits[torch.rand(k + 1, vocab, generator=gen) < 0.3] = float("-inf")
+    logits[torch.arange(k + 1), torch.randint(0, vocab, (k + 1,), generator=gen)] = 0.0  # every row has mass
+    weights = logits.exp()  # a row-wise softmax; 2-D Tensor.softmax can stall for ms on a busy machine
+    target = weights / weights.sum(1, keepdim=True)  # [k+1, V]
+    width = int(torch.randint(1, vocab + 3, (1,), generator=gen))
+    q_ids = torch.randint(0, vocab, (k, width), generator=gen)  # padding ids repeat real ones
+    q_probs = torch.zeros(k, width)
+    for i in range(k):
+        kind = int(torch.randint(0, 3, (1,), generator=gen))
+        if kind == 0:  # point mass
+            support = torch.randint(0, vocab, (1,), generator=gen)
+            weights = torch.ones(1)
+        elif kind == 1 and (target[i] > 0).sum() <= width:  # q = p on p's support
+            support = target[i].nonzero().squeeze(1)
+            weights = target[i, support]
+        else:  # random sparse q
+            size = int(torch.randint(1, min(width, vocab) + 1, (1,), generator=gen))
+            support = torch.randperm(vocab, generator=gen)[:size]
+            weights = torch.rand(size, generator=gen) + 0.05
+            weights /= weights.sum()
+        slots = torch.randperm(width, generator=gen)[: support.numel()]  # real entries anywhere among padding
+        q_ids[i, slots], q_probs[i, slots] = support, weights
+    q_dense = torch.zeros(k, vocab).scatter_add_(1, q_ids, q_probs)
+    drafts = torch.multinomial(q_dense, 1, generator=gen).squeeze(1) if k else torch.zeros(0, dtype=torch.long)
+    return target, drafts, q_ids, q_probs
+
+
+def test_fast_path_matches_reference() -> None:
+    rejections = 0
+    for i in range(1000):
+        inputs = random_round(torch.Generator().manual_seed(10_000 + i))
+        fast_gen, slow_gen = torch.Generator().manual_seed(i), torch.Generator().manual_seed(i)
+        fast = verify_speculative(*inputs, fast_gen)
+        slow = reference_verify_speculative(*inputs, slow_gen)
+        assert (fast.num_accepted, fast.next_token, fast.is_bonus) == (slow.num_accepted, slow.next_token, slow.is_bonus), i
+        torch.testing.assert_close(fast.acceptance_probs, slow.acceptance_probs.float(), rtol=1e-6, atol=0)
+        assert torch.equal(fast_gen.get_state(), slow_gen.get_state()), "the two consumed randomness differently"
+        rejections += not fast.is_bonus
+    assert rejections > 100  # the recovered-token path was exercised, not just bonuses

@@ -1,0 +1,59 @@
+"""`specdec serve verifier`: load the target, then serve Verifier with health and reflection."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+
+import torch
+
+from specdec import grpc_server, settings
+from specdec.tokenizer import Tokenizer
+from specdec.v1 import verifier_pb2, verifier_pb2_grpc
+from verifier_svc.model_loader import load_model, model_dir, resolve_dtype
+from verifier_svc.servicer import VerifierServicer
+from verifier_svc.session import Limits, RoundInput, Session
+from verifier_svc.settings import VerifierSettings
+from specdec.sampling_params import SamplingParams
+from verifier_svc.target_model import TargetModel
+
+ENV_PREFIX = "SPECDEC_VERIFIER_"
+log = logging.getLogger(__name__)
+
+
+def load_target(config: VerifierSettings) -> tuple[TargetModel, Tokenizer]:
+    """Load the model and warm it up with one short round (first passes are slow)."""
+    if config.torch_threads:
+        torch.set_num_threads(config.torch_threads)
+    folder = model_dir(config.model)
+    model = load_model(folder, config.device, resolve_dtype(config.dtype, config.device))
+    target = TargetModel(model, name=folder.name if config.model != "default" else "SmolLM2-135M-Instruct")
+    tokenizer = Tokenizer(folder)
+    limits = Limits(max_draft_tokens=config.max_draft_tokens, context_length=target.context_length)
+    warm = Session(target, tokenizer.encode("Hello"), SamplingParams(temperature=0.0), seed=0, limits=limits)
+    for _ in range(2):
+        warm.verify(RoundInput([], [], []))
+    return target, tokenizer
+
+
+async def run(config: VerifierSettings) -> None:
+    servicer = VerifierServicer(config.max_sessions, config.max_draft_tokens, config.context_length)
+
+    def add_services(server) -> list[str]:  # type: ignore[no-untyped-def]
+        verifier_pb2_grpc.add_VerifierServicer_to_server(servicer, server)
+        return [verifier_pb2.DESCRIPTOR.services_by_name["Verifier"].full_name]
+
+    async def warm_up() -> None:
+        target, tokenizer = await asyncio.get_running_loop().run_in_executor(servicer.executor, load_target, config)
+        servicer.set_ready(target, tokenizer)
+        log.info("model %s ready (context %d)", target.name, servicer.limits.context_length)
+
+    await grpc_server.serve(
+        host=config.host, port=config.port, add_services=add_services, warm_up=warm_up, grace_seconds=config.grace_seconds
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s verifier %(levelname)s %(message)s")
+    asyncio.run(run(settings.parse(VerifierSettings, ENV_PREFIX, argv)))

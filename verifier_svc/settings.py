@@ -1,0 +1,19 @@
+"""Verifier settings: flags, else SPECDEC_VERIFIER_* environment variables, else these defaults."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class VerifierSettings:
+    host: str = field(default="127.0.0.1", metadata={"help": "address to bind"})
+    port: int = field(default=50052, metadata={"help": "port to bind (0 picks a free one)"})
+    model: str = field(default="default", metadata={"help": "'default' (SmolLM2-135M-Instruct), a .gguf file or a model folder"})
+    device: str = field(default="cpu", metadata={"help": "torch device, e.g. cpu or cuda"})
+    dtype: str = field(default="auto", metadata={"help": "auto (float32 on cpu, bfloat16 on cuda), float32, float16 or bfloat16"})
+    max_sessions: int = field(default=64, metadata={"help": "open sessions at most; more get RESOURCE_EXHAUSTED"})
+    max_draft_tokens: int = field(default=32, metadata={"help": "drafted tokens per round at most"})
+    context_length: int = field(default=0, metadata={"help": "tokens per session at most (0: the model's own limit)"})
+    torch_threads: int = field(default=0, metadata={"help": "torch intra-op threads (0: torch's default)"})
+    grace_seconds: float = field(default=20.0, metadata={"help": "on SIGTERM, how long running streams may finish"})
