@@ -33,7 +33,9 @@ class RoundVerdict:
     num_accepted: int  # drafted tokens accepted, 0..k
     next_token: int  # recovered token (after a rejection) or bonus token (all k accepted)
     is_bonus: bool  # True iff num_accepted == k
-    acceptance_probs: torch.Tensor  # [k] float32: min(1, p_i(x_i) / q_i(x_i)) for every drafted token
+    # [k] float32 for EVERY drafted token, also those after the first rejection: min(1, p_i(x_i) / q_i(x_i));
+    # greedy: 1.0 where x_i is the argmax of row i, else 0.0.
+    acceptance_probs: torch.Tensor
 
 
 def verify_greedy(target_logits: torch.Tensor, draft_tokens: torch.Tensor) -> RoundVerdict:

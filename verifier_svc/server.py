@@ -9,13 +9,13 @@ from collections.abc import Sequence
 import torch
 
 from specdec import grpc_server, settings
+from specdec.sampling_params import SamplingParams
 from specdec.tokenizer import Tokenizer
 from specdec.v1 import verifier_pb2, verifier_pb2_grpc
 from verifier_svc.model_loader import load_model, model_dir, resolve_dtype
 from verifier_svc.servicer import VerifierServicer
 from verifier_svc.session import Limits, RoundInput, Session
 from verifier_svc.settings import VerifierSettings
-from specdec.sampling_params import SamplingParams
 from verifier_svc.target_model import TargetModel
 
 ENV_PREFIX = "SPECDEC_VERIFIER_"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 
@@ -102,9 +103,9 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServicer):
                 elif kind == "round":
                     if session is None:
                         raise FailedPrecondition("round", "no session: the stream's first message must be `open`")
-                    round_ = round_from_proto(request.round)
-                    verdict, seconds = await loop.run_in_executor(self.executor, session.verify, round_)
-                    yield verdict_to_proto(verdict, seconds)
+                    started = time.perf_counter()
+                    verdict = await loop.run_in_executor(self.executor, session.verify, round_from_proto(request.round))
+                    yield verdict_to_proto(verdict, time.perf_counter() - started)
                 elif kind == "close":
                     if session is None:
                         raise FailedPrecondition("close", "no session to close")

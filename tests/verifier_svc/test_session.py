@@ -32,7 +32,7 @@ def test_rolled_back_cache_matches_a_fresh_pass(target: TargetModel, tokenizer) 
     junk = tokenizer.encode(" banana banana banana banana")  # drafts the target rejects
     rejected = 0
     for drafts in ([], junk, junk[:1], [], junk):
-        verdict, _ = session.verify(point_masses(drafts))
+        verdict = session.verify(point_masses(drafts))
         rejected += len(drafts) - verdict.num_accepted
         assert len(session.cache) == len(session.tokens) - 1
     assert rejected > 0  # the rollback path really ran
@@ -45,9 +45,9 @@ def test_rolled_back_cache_matches_a_fresh_pass(target: TargetModel, tokenizer) 
 def test_accepted_drafts_are_committed_with_the_next_token(target: TargetModel, tokenizer) -> None:  # type: ignore[no-untyped-def]
     prompt = tokenizer.encode("1, 2, 3, 4, 5, 6,")
     greedy = Session(target, prompt, SamplingParams(temperature=0.0), seed=0, limits=Limits(16, 8192))
-    plain = [greedy.verify(point_masses([]))[0].next_token for _ in range(4)]
+    plain = [greedy.verify(point_masses([])).next_token for _ in range(4)]
     session = Session(target, prompt, SamplingParams(temperature=0.0), seed=0, limits=Limits(16, 8192))
-    verdict, _ = session.verify(point_masses(plain[:3]))
+    verdict = session.verify(point_masses(plain[:3]))
     assert verdict.num_accepted == 3 and verdict.is_bonus and verdict.next_token == plain[3]
     assert session.tokens == prompt + plain
 

@@ -1,0 +1,70 @@
+"""Peers: transformers' own `generate()` on the same model, in the benchmark's process.
+
+`hf-generate` is plain decoding (greedy unless a temperature is set); `hf-prompt-lookup` is
+transformers' prompt lookup decoding (Saxena, 2023), the n-gram drafter built into `generate()`.
+Both see the token ids our services see (the same chat template) and are timed the same way:
+wall time of one `generate()` call.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+from bench.systems import Decoding, Output
+from verifier_svc.model_loader import model_dir
+
+PROMPT_LOOKUP_NUM_TOKENS = 10
+
+
+class HFModel:
+    """The default model and its tokenizer, loaded once (float32 on CPU, as the verifier does)."""
+
+    def __init__(self, source: str = "default") -> None:
+        folder = model_dir(source)
+        self.tokenizer: PreTrainedTokenizerBase = AutoTokenizer.from_pretrained(str(folder))
+        self.model: PreTrainedModel = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval()
+        eos = self.model.generation_config.eos_token_id
+        self.eos_token_ids: frozenset[int] = frozenset(eos if isinstance(eos, list) else [eos])
+
+
+class HFSystem:
+    """`model.generate()` with greedy or sampled decoding, optionally with prompt lookup."""
+
+    def __init__(self, name: str, hf: HFModel, prompt_lookup_num_tokens: int | None = None) -> None:
+        self.name = name
+        self._hf = hf
+        self._prompt_lookup_num_tokens = prompt_lookup_num_tokens
+
+    def generate(self, messages: list[dict[str, str]], decoding: Decoding) -> Output:
+        tok, model = self._hf.tokenizer, self._hf.model
+        ids = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
+        input_ids = torch.tensor([ids])
+        sampling = {} if decoding.greedy else {"temperature": decoding.temperature, "top_k": 0, "top_p": 1.0}
+        if not decoding.greedy and decoding.seed is not None:
+            # generate() draws from torch's global generator and takes no other; seed it per call.
+            torch.manual_seed(decoding.seed)
+        started = time.perf_counter()
+        with torch.inference_mode():
+            out = model.generate(
+                input_ids,
+                attention_mask=torch.ones_like(input_ids),
+                max_new_tokens=decoding.max_new_tokens,
+                do_sample=not decoding.greedy,
+                prompt_lookup_num_tokens=self._prompt_lookup_num_tokens,
+                pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else min(self._hf.eos_token_ids),
+                **sampling,
+            )
+        wall = time.perf_counter() - started
+        new = [int(t) for t in out[0, len(ids):]]
+        eos_at = next((i for i, t in enumerate(new) if t in self._hf.eos_token_ids), None)
+        finish = "length" if eos_at is None else "eos"
+        new = new if eos_at is None else new[:eos_at]
+        return Output(new, tok.decode(new, skip_special_tokens=True), finish, wall, len(ids))
+
+
+def hf_peers() -> list[HFSystem]:
+    hf = HFModel()
+    return [HFSystem("hf-generate", hf), HFSystem("hf-prompt-lookup", hf, PROMPT_LOOKUP_NUM_TOKENS)]

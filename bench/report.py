@@ -1,0 +1,141 @@
+"""Per-prompt records, their summary per row and system, and the Markdown table.
+
+Speedup is the median over prompts of tokens/s(system) / tokens/s(baseline) on the same prompt,
+so it pairs each measurement with the baseline's on the same input. Acceptance is pooled over a
+row's prompts, with vLLM's definitions: acceptance rate = accepted / drafted tokens, mean
+acceptance length = 1 + accepted tokens / target passes.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from bench.prompts import Prompt
+from bench.systems import BASELINE, Output
+
+OVERALL = "overall"
+
+
+@dataclass(frozen=True)
+class Record:
+    """One system on one prompt; error is set (and the measurements empty) if the call failed."""
+
+    question_id: int
+    category: str
+    row: str
+    system: str
+    position: int  # order within this prompt's systems (0 = first); alternates between prompts
+    prompt_tokens: int | None = None
+    new_tokens: int | None = None
+    wall_seconds: float | None = None
+    tokens_per_second: float | None = None
+    speedup: float | None = None  # tokens_per_second / the baseline's on this prompt
+    finish_reason: str | None = None
+    rounds: int | None = None
+    drafted_tokens: int | None = None
+    accepted_tokens: int | None = None
+    server_seconds: float | None = None
+    time_to_first_token_seconds: float | None = None
+    differs_from_baseline: bool | None = None  # greedy runs only
+    first_difference: int | None = None  # index of the first token that differs
+    text: str | None = None
+    error: str | None = None
+
+
+def _first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def make_record(
+    prompt: Prompt, system: str, position: int, out: Output | str, baseline: Output | str | None, greedy: bool
+) -> Record:
+    """A record of `out`, or of a failure when `out` is the error message."""
+    base = dict(question_id=prompt.question_id, category=prompt.category, row=prompt.row, system=system, position=position)
+    if isinstance(out, str):
+        return Record(**base, error=out)
+    tps = len(out.token_ids) / out.wall_seconds if out.wall_seconds > 0 else 0.0
+    speedup = differs = first = None
+    if isinstance(baseline, Output):
+        base_tps = len(baseline.token_ids) / baseline.wall_seconds if baseline.wall_seconds > 0 else 0.0
+        speedup = tps / base_tps if base_tps > 0 else None
+        if greedy:
+            first = _first_difference(out.token_ids, baseline.token_ids)
+            differs = first is not None
+    return Record(
+        **base, prompt_tokens=out.prompt_tokens, new_tokens=len(out.token_ids), wall_seconds=out.wall_seconds,
+        tokens_per_second=tps, speedup=speedup, finish_reason=out.finish_reason, rounds=out.rounds,
+        drafted_tokens=out.drafted_tokens, accepted_tokens=out.accepted_tokens, server_seconds=out.server_seconds,
+        time_to_first_token_seconds=out.time_to_first_token_seconds, differs_from_baseline=differs,
+        first_difference=first, text=out.text,
+    )
+
+
+@dataclass(frozen=True)
+class Summary:
+    row: str
+    system: str
+    prompts: int  # successful generations
+    failures: int
+    tokens_per_second: float | None  # median over prompts
+    speedup: float | None  # median of per-prompt ratios to the baseline
+    acceptance_rate: float | None  # pooled; None when nothing was drafted
+    mean_acceptance_length: float | None  # pooled; None when nothing was drafted
+    differs_from_baseline: int | None  # prompts whose tokens differ; None unless greedy
+
+
+def _median(values: Sequence[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
+
+
+def _summarize(row: str, system: str, records: Sequence[Record], greedy: bool) -> Summary:
+    ok = [r for r in records if r.error is None]
+    drafted = sum(r.drafted_tokens or 0 for r in ok)
+    accepted = sum(r.accepted_tokens or 0 for r in ok)
+    rounds = sum(r.rounds or 0 for r in ok)
+    return Summary(
+        row=row, system=system, prompts=len(ok), failures=len(records) - len(ok),
+        tokens_per_second=_median([r.tokens_per_second for r in ok]),
+        speedup=_median([r.speedup for r in ok]),
+        acceptance_rate=accepted / drafted if drafted else None,
+        mean_acceptance_length=1 + accepted / rounds if drafted and rounds else None,
+        differs_from_baseline=sum(bool(r.differs_from_baseline) for r in ok) if greedy else None,
+    )
+
+
+def summarize(records: Sequence[Record], rows: Sequence[str], systems: Sequence[str], greedy: bool) -> list[Summary]:
+    """One summary per (row, system), rows in the given order, then the overall ones."""
+    out = []
+    for row in [*rows, OVERALL]:
+        for system in systems:
+            chosen = [r for r in records if r.system == system and (row == OVERALL or r.row == row)]
+            if chosen:
+                out.append(_summarize(row, system, chosen, greedy))
+    return out
+
+
+def _fmt(value: float | int | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def markdown_table(summaries: Sequence[Summary]) -> str:
+    header = (
+        "| task | system | prompts | tok/s (median) | speedup vs baseline | acceptance rate "
+        "| mean acceptance length | outputs differing from baseline |"
+    )
+    lines = [header, "|" + "---|" * 8]
+    for s in summaries:
+        failed = f" ({s.failures} failed)" if s.failures else ""
+        speedup = "1.00x" if s.system == BASELINE else _fmt(s.speedup, ".2f") + ("x" if s.speedup is not None else "")
+        task = f"**{s.row}**" if s.row == OVERALL else s.row
+        lines.append(
+            f"| {task} | {s.system} | {s.prompts}{failed} | {_fmt(s.tokens_per_second, '.1f')} | {speedup} "
+            f"| {_fmt(s.acceptance_rate, '.2f')} | {_fmt(s.mean_acceptance_length, '.2f')} "
+            f"| {_fmt(s.differs_from_baseline, 'd')} |"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,174 @@
+"""`specdec bench`: Spec-Bench prompts through specdec's configurations (and optionally
+transformers' own generate()), measured in one run, written as a Markdown table and JSON.
+
+Each prompt runs every system once, in alternating order (A, B, C on one prompt; C, B, A on the
+next) so slow drift of a shared machine hits all systems alike. Speedups pair each system with
+the specdec baseline (k = 0, the same services without speculation) on the same prompt.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+
+import grpc
+
+from bench.machine import describe
+from bench.prompts import QUESTIONS_FILE, TASKS, Prompt, bench_dir, load_questions, select
+from bench.report import Record, Summary, make_record, markdown_table, summarize
+from bench.systems import DEFAULT_CONFIGS, Decoding, Output, SpecdecSystem, System, parse_configs
+from specdec.client import Client
+from specdec.launcher import LocalCluster
+
+QUICK = {"per_category": 2, "max_new_tokens": 64}
+DEFAULTS = {"per_category": 10, "max_new_tokens": 128}
+WARM_UP_MESSAGES = [{"role": "user", "content": "Say hello."}]
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="specdec bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true",
+                   help=f"{QUICK['per_category']} prompts per task, {QUICK['max_new_tokens']} new tokens (a few minutes)")
+    p.add_argument("--per-category", type=int, default=None, metavar="N",
+                   help=f"prompts per task or category (default {DEFAULTS['per_category']}; Spec-Bench's own: 80)")
+    p.add_argument("--max-new-tokens", type=int, default=None, metavar="N",
+                   help=f"new tokens per prompt at most (default {DEFAULTS['max_new_tokens']}; Spec-Bench's own: 1024)")
+    p.add_argument("--categories", default=",".join(TASKS), metavar="A,B",
+                   help="report rows: Spec-Bench tasks (mt_bench, translation, summarization, qa, math_reasoning, rag) "
+                        "or single MT-bench categories (writing, coding, ...); default: the six tasks")
+    p.add_argument("--configs", default=",".join(DEFAULT_CONFIGS), metavar="A,B",
+                   help="specdec configurations: baseline (k=0, always run) or DRAFTER-kN, e.g. copy-k8, ngram-k4")
+    p.add_argument("--peers", action="store_true",
+                   help="also run transformers' generate(): plain (hf-generate) and with prompt lookup (hf-prompt-lookup)")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 (default) is greedy and checks outputs")
+    p.add_argument("--seed", type=int, default=0, help="sampling seed; prompt i uses seed + i")
+    p.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results",
+                   help="folder for spec_bench-<timestamp>.md and .json (default: bench/results/)")
+    args = p.parse_args(list(argv))
+    preset = QUICK if args.quick else DEFAULTS
+    for key, value in preset.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    if args.per_category < 1 or args.max_new_tokens < 1 or args.temperature < 0:
+        p.error("--per-category and --max-new-tokens must be positive, --temperature not negative")
+    return args
+
+
+def _generate(system: System, prompt: Prompt, decoding: Decoding) -> Output | str:
+    """The system's output, or the error message if the call failed (the run goes on)."""
+    try:
+        return system.generate(prompt.messages, decoding)
+    except (grpc.RpcError, RuntimeError, ValueError) as error:
+        detail = f"{error.code().name}: {error.details()}" if isinstance(error, grpc.RpcError) else repr(error)
+        print(f"  {system.name} failed on question {prompt.question_id}: {detail}", file=sys.stderr)
+        return detail
+
+
+def run(systems: Sequence[System], prompts: Sequence[Prompt], max_new_tokens: int, temperature: float, seed: int) -> list[Record]:
+    """Every system on every prompt, order reversed on every other prompt; systems[0] is the baseline."""
+    for system in systems:
+        system.generate(WARM_UP_MESSAGES, Decoding(8, temperature, seed))
+    records: list[Record] = []
+    for i, prompt in enumerate(prompts):
+        decoding = Decoding(max_new_tokens, temperature, seed + i)
+        order = list(systems) if i % 2 == 0 else list(reversed(systems))
+        outputs = {s.name: _generate(s, prompt, decoding) for s in order}
+        baseline = outputs[systems[0].name]
+        records += [make_record(prompt, s.name, order.index(s), outputs[s.name], baseline, decoding.greedy) for s in systems]
+        speeds = ", ".join(f"{r.system} {r.tokens_per_second:.1f}" for r in records[-len(systems):] if r.error is None)
+        print(f"[{i + 1}/{len(prompts)}] {prompt.row} q{prompt.question_id}: tok/s {speeds}", file=sys.stderr, flush=True)
+    return records
+
+
+def _problems(records: Sequence[Record], speculative: set[str]) -> tuple[list[str], bool]:
+    """Warnings for the report, and whether the run failed: a generation failed, or a speculative
+    configuration's greedy output differs from the baseline's (speculation must not change it)."""
+    warnings = []
+    lengths: dict[int, set[int]] = {}
+    for r in records:
+        if r.prompt_tokens is not None:
+            lengths.setdefault(r.question_id, set()).add(r.prompt_tokens)
+    # Every system must see the same prompt; a different length means a different chat template.
+    warnings += [f"question {q}: systems saw prompts of different lengths {sorted(n)}" for q, n in lengths.items() if len(n) > 1]
+    failed = [r for r in records if r.error is not None]
+    wrong = [r for r in records if r.differs_from_baseline and r.system in speculative]
+    if failed:
+        warnings.append(f"{len(failed)} generations failed (see the JSON records)")
+    if wrong:
+        warnings.append("speculative greedy outputs differ from the baseline: "
+                        + ", ".join(f"{r.system} on q{r.question_id} from token {r.first_difference}" for r in wrong))
+    return warnings, bool(failed or wrong)
+
+
+def _write(args: argparse.Namespace, argv: Sequence[str], started: datetime, elapsed: float, machine: dict[str, object],
+           systems: Sequence[str], records: Sequence[Record], summaries: Sequence[Summary], warnings: Sequence[str]) -> None:
+    """Print the Markdown report and write it, with a JSON of everything, under args.out."""
+    title = (f"Spec-Bench, {len(records) // len(systems)} prompts ({args.per_category} per row), "
+             f"{args.max_new_tokens} new tokens, temperature {args.temperature}, {started:%Y-%m-%d %H:%M} UTC")
+    machine_line = (f"{machine['cpu_model']}, {machine['usable_cpus']} CPUs, torch {machine['torch']}, "
+                    f"Python {machine['python']}, commit {str(machine['git_commit'])[:12]}, run took {elapsed:.0f} s")
+    legend = ("tok/s: new tokens / wall seconds of one generate call (prefill included); "
+              "columns explained in bench/README.md")
+    notes = "".join(f"\n- warning: {w}" for w in warnings)
+    text = f"# {title}\n\n{machine_line}\n\n{markdown_table(summaries)}\n\n{legend}\n{notes}\n"
+    print(text)
+
+    stamp = started.strftime("%Y%m%d-%H%M%S")
+    args.out.mkdir(parents=True, exist_ok=True)
+    md_path, json_path = args.out / f"spec_bench-{stamp}.md", args.out / f"spec_bench-{stamp}.json"
+    md_path.write_text(text, encoding="utf-8")
+    options = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+    payload = {
+        "run": {**options, "argv": list(argv), "started": started.isoformat(), "seconds": elapsed, "systems": list(systems)},
+        "machine": machine,
+        "warnings": list(warnings),
+        "summary": [dataclasses.asdict(s) for s in summaries],
+        "records": [dataclasses.asdict(r) for r in records],
+    }
+    json_path.write_text(json.dumps(payload, indent=1, ensure_ascii=False), encoding="utf-8")
+    print(f"wrote {md_path} and {json_path}", file=sys.stderr)
+
+
+def main(argv: Sequence[str]) -> int:
+    """Run the benchmark: 0 if all went well, 1 if a generation failed or a speculative greedy
+    output differs from the baseline, 2 for bad options."""
+    args = parse_args(argv)
+    try:
+        configs = parse_configs(args.configs)
+        rows = [c.strip() for c in args.categories.split(",") if c.strip()]
+        prompts = select(load_questions(bench_dir() / QUESTIONS_FILE), rows, args.per_category)
+    except (ValueError, OSError) as error:
+        print(f"specdec bench: {error}", file=sys.stderr)
+        return 2
+    started = datetime.now(timezone.utc)
+    machine = describe()
+    log_dir = Path(tempfile.mkdtemp(prefix="specdec-bench-"))
+    print(f"{len(prompts)} prompts x {len(configs) + 2 * args.peers} systems, {args.max_new_tokens} new tokens, "
+          f"temperature {args.temperature}; service logs in {log_dir}", file=sys.stderr, flush=True)
+    with LocalCluster(log_dir) as cluster, Client(cluster.address) as client:
+        systems: list[System] = [SpecdecSystem(client, c) for c in configs]
+        if args.peers:
+            from bench.peers import hf_peers  # imports torch and transformers: only when asked
+
+            systems += hf_peers()
+        t0 = time.perf_counter()
+        records = run(systems, prompts, args.max_new_tokens, args.temperature, args.seed)
+        elapsed = time.perf_counter() - t0
+    machine["load_average_end"] = describe()["load_average"]
+
+    names = [s.name for s in systems]
+    summaries = summarize(records, rows, names, greedy=args.temperature == 0.0)
+    warnings, failed = _problems(records, {c.name for c in configs if c.num_draft_tokens > 0})
+    _write(args, argv, started, elapsed, machine, names, records, summaries, warnings)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

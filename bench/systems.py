@@ -1,0 +1,117 @@
+"""The systems under test: specdec configurations, each a drafter and a draft length k.
+
+A configuration is named `baseline` (k = 0: no speculation, one target pass per token through
+the same two services) or `DRAFTER-kN`, e.g. `copy-k8`. Every system is timed the same way:
+wall-clock seconds of one generate call, seen by the caller.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from typing import Protocol
+
+from drafter_svc.drafter import DRAFTER_NAMES
+from specdec.client import Client
+
+BASELINE = "baseline"
+DEFAULT_CONFIGS: tuple[str, ...] = (BASELINE, "copy-k4", "copy-k8", "ngram-k4")
+_CONFIG_NAME = re.compile(r"(?P<drafter>[a-z_]+)-k(?P<k>\d+)")
+
+
+@dataclass(frozen=True)
+class Decoding:
+    """What every system is asked for on one prompt."""
+
+    max_new_tokens: int
+    temperature: float
+    seed: int | None
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+@dataclass(frozen=True)
+class Output:
+    """One generation: the new tokens (no EOS), its wall time, and speculation counters if any."""
+
+    token_ids: list[int]
+    text: str
+    finish_reason: str
+    wall_seconds: float
+    prompt_tokens: int
+    rounds: int | None = None  # target passes
+    drafted_tokens: int | None = None
+    accepted_tokens: int | None = None
+    server_seconds: float | None = None  # the drafter service's own total_seconds
+    time_to_first_token_seconds: float | None = None
+
+
+class System(Protocol):
+    name: str
+
+    def generate(self, messages: list[dict[str, str]], decoding: Decoding) -> Output: ...
+
+
+@dataclass(frozen=True)
+class SpecdecConfig:
+    name: str
+    drafter: str  # "" lets the server pick; irrelevant when k = 0
+    num_draft_tokens: int
+
+
+def parse_config(name: str) -> SpecdecConfig:
+    """`baseline` or `DRAFTER-kN` (N >= 1); ValueError otherwise."""
+    if name == BASELINE:
+        return SpecdecConfig(BASELINE, "", 0)
+    match = _CONFIG_NAME.fullmatch(name)
+    if not match or int(match["k"]) < 1:
+        raise ValueError(f"bad config {name!r}: expected {BASELINE!r} or DRAFTER-kN, e.g. copy-k8")
+    if match["drafter"] not in DRAFTER_NAMES:
+        raise ValueError(f"bad config {name!r}: drafters are {', '.join(DRAFTER_NAMES)}")
+    return SpecdecConfig(name, match["drafter"], int(match["k"]))
+
+
+def parse_configs(names: str) -> list[SpecdecConfig]:
+    """Comma-separated names; the baseline is always measured, and first, since speedups refer to it."""
+    configs = [parse_config(n.strip()) for n in names.split(",") if n.strip()]
+    others = [c for c in configs if c.name != BASELINE]
+    if len({c.name for c in others}) != len(others):
+        raise ValueError(f"duplicate configs in {names!r}")
+    return [parse_config(BASELINE), *others]
+
+
+class SpecdecSystem:
+    """One configuration, through a running drafter service."""
+
+    def __init__(self, client: Client, config: SpecdecConfig) -> None:
+        self.name = config.name
+        self._client = client
+        self._config = config
+
+    def generate(self, messages: list[dict[str, str]], decoding: Decoding) -> Output:
+        started = time.perf_counter()
+        result = self._client.generate(
+            messages=messages,
+            max_new_tokens=decoding.max_new_tokens,
+            temperature=decoding.temperature,
+            seed=decoding.seed,
+            drafter=self._config.drafter,
+            num_draft_tokens=self._config.num_draft_tokens,
+        )
+        wall = time.perf_counter() - started
+        s = result.stats
+        return Output(
+            token_ids=result.token_ids,
+            text=result.text,
+            finish_reason=result.finish_reason,
+            wall_seconds=wall,
+            prompt_tokens=s.prompt_tokens,
+            rounds=s.rounds,
+            drafted_tokens=s.drafted_tokens,
+            accepted_tokens=s.accepted_tokens,
+            server_seconds=s.total_seconds,
+            time_to_first_token_seconds=s.time_to_first_token_seconds,
+        )
