@@ -26,7 +26,7 @@ from scipy import stats as scipy_stats
 from drafter_svc.copy_drafter import CopyDrafter
 from specdec.client import AsyncClient
 
-PROMPT = "I like coffee. You like tea. We like"
+PROMPT = "We like tea. You like tea. They like"
 TEMPERATURE, TOP_K = 0.8, 50
 SAMPLES = 2000
 CONCURRENCY = 4

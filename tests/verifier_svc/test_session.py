@@ -56,11 +56,11 @@ def test_session_limits(target: TargetModel) -> None:
     limits = Limits(max_draft_tokens=2, context_length=8)
     with pytest.raises(InvalidArgument, match="open.prompt_token_ids"):
         Session(target, [1] * 8, SamplingParams(), seed=0, limits=limits)
-    session = Session(target, [1] * 5, SamplingParams(), seed=0, limits=limits)
+    session = Session(target, [1] * 6, SamplingParams(), seed=0, limits=limits)
     with pytest.raises(InvalidArgument, match="exceed this verifier's limit"):
         session.verify(point_masses([5, 5, 5]))
     with pytest.raises(InvalidArgument, match="context length"):
-        session.verify(point_masses([5, 5]))  # 5 + 2 + 1 > 8
+        session.verify(point_masses([5, 5]))  # 6 + 2 + 1 > 8
     session.closed = True
     with pytest.raises(FailedPrecondition):
         session.verify(point_masses([]))
