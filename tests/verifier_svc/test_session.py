@@ -52,6 +52,23 @@ def test_accepted_drafts_are_committed_with_the_next_token(target: TargetModel, 
     assert session.tokens == prompt + plain
 
 
+def test_padded_short_pass_scores_like_an_unpadded_one(target: TargetModel, tokenizer) -> None:  # type: ignore[no-untyped-def]
+    prompt = tokenizer.encode("Speculative decoding is")
+    unpadded = TargetModel(target.model, "unpadded")
+    unpadded.min_pass_tokens = 1
+    assert target.min_pass_tokens > 2  # on CPU a 2-token pass is padded
+    results = []
+    for model in (target, unpadded):
+        cache = model.new_cache()
+        model.score(cache, prompt, num_logits=1)
+        cache.truncate(len(prompt) - 1)
+        logits = model.score(cache, [prompt[-1], 11], num_logits=2)  # a 2-token pass
+        cache.truncate(len(prompt) + 1)
+        results.append((logits, model.score(cache, [42], num_logits=1)))
+    torch.testing.assert_close(results[0][0], results[1][0], atol=2e-4, rtol=1e-4)
+    torch.testing.assert_close(results[0][1], results[1][1], atol=2e-4, rtol=1e-4)
+
+
 def test_session_limits(target: TargetModel) -> None:
     limits = Limits(max_draft_tokens=2, context_length=8)
     with pytest.raises(InvalidArgument, match="open.prompt_token_ids"):
