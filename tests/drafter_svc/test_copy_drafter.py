@@ -45,7 +45,7 @@ def reference_copy(context: Sequence[int], budget: int, max_ngram: int, min_ngra
 def test_proposes_the_continuation_of_the_longest_most_recent_match(
     context: list[int], budget: int, expected: list[int]
 ) -> None:
-    draft = CopyDrafter().propose(context, budget)
+    draft = CopyDrafter(min_ngram=1).propose(context, budget)
     assert draft.token_ids == expected
     assert draft == Draft.point_masses(expected)
 
@@ -53,7 +53,7 @@ def test_proposes_the_continuation_of_the_longest_most_recent_match(
 def test_respects_the_budget() -> None:
     context = list(range(50)) * 2
     for budget in range(0, 12):
-        assert CopyDrafter().propose(context, budget).token_ids == list(range(budget))
+        assert CopyDrafter(min_ngram=1).propose(context, budget).token_ids == list(range(budget))
 
 
 def test_min_ngram_refuses_shorter_matches() -> None:
@@ -65,12 +65,12 @@ def test_min_ngram_refuses_shorter_matches() -> None:
 def test_max_ngram_bounds_the_suffix_length() -> None:
     # Suffix [1, 2, 3] occurred once (followed by 7); [2, 3] more recently (followed by 8).
     context = [1, 2, 3, 7, 2, 3, 8, 1, 2, 3]
-    assert CopyDrafter(max_ngram=3).propose(context, 1).token_ids == [7]
-    assert CopyDrafter(max_ngram=2).propose(context, 1).token_ids == [8]
+    assert CopyDrafter(max_ngram=3, min_ngram=1).propose(context, 1).token_ids == [7]
+    assert CopyDrafter(max_ngram=2, min_ngram=1).propose(context, 1).token_ids == [8]
 
 
 def test_q_are_point_masses_on_the_drafted_tokens() -> None:
-    draft = CopyDrafter().propose([3, 1, 4, 1, 5, 3, 1], 3)
+    draft = CopyDrafter(min_ngram=1).propose([3, 1, 4, 1, 5, 3, 1], 3)
     assert len(draft) == 3
     for token, ids, probs in zip(draft.token_ids, draft.q_token_ids, draft.q_probs):
         assert ids == [token] and probs == [1.0]
@@ -94,18 +94,18 @@ def test_incremental_index_matches_a_from_scratch_reference() -> None:
 
 def test_reindexes_a_context_that_does_not_extend_the_last_one() -> None:
     rng = random.Random(99)
-    drafter = CopyDrafter()
+    drafter = CopyDrafter(min_ngram=1)
     for _ in range(40):
         context = [rng.randrange(5) for _ in range(rng.randint(0, 40))]
         assert drafter.propose(context, 6).token_ids == reference_copy(context, 6, 8, 1)
-    drafter = CopyDrafter()
+    drafter = CopyDrafter(min_ngram=1)
     drafter.propose([1, 2, 3, 1, 2], 2)
     assert drafter.propose([1, 2], 2).token_ids == []  # shorter: the old occurrences are gone
     assert drafter.propose([9, 2, 7, 1, 2], 2).token_ids == [7, 1]  # same length, new tokens
 
 
 def test_accepts_any_integer_sequence() -> None:
-    assert CopyDrafter().propose((1, 2, 3, 1, 2), 1).token_ids == [3]
+    assert CopyDrafter(min_ngram=1).propose((1, 2, 3, 1, 2), 1).token_ids == [3]
 
 
 @pytest.mark.parametrize(("max_ngram", "min_ngram"), [(0, 0), (2, 3), (3, 0)])
@@ -116,11 +116,11 @@ def test_rejects_invalid_ngram_sizes(max_ngram: int, min_ngram: int) -> None:
 
 def test_rejects_a_negative_budget() -> None:
     with pytest.raises(ValueError):
-        CopyDrafter().propose([1, 2, 1], -1)
+        CopyDrafter(min_ngram=1).propose([1, 2, 1], -1)
 
 
 def test_observe_does_not_change_proposals() -> None:
-    drafter = CopyDrafter()
+    drafter = CopyDrafter(min_ngram=1)
     context = [1, 2, 3, 1, 2]
     before = drafter.propose(context, 3)
     drafter.observe(Feedback(3, 1, [1.0, 0.0, 0.0], [3, 9]))
@@ -158,3 +158,8 @@ def test_make_drafter_builds_each_named_drafter() -> None:
 def test_make_drafter_rejects_unknown_names(name: str) -> None:
     with pytest.raises(ValueError, match="unknown drafter"):
         make_drafter(name)
+
+
+def test_the_default_copy_drafter_needs_a_two_token_match() -> None:
+    assert CopyDrafter().propose([7, 1, 2, 9, 1], 2).token_ids == []
+    assert CopyDrafter().propose([7, 1, 2, 9, 1, 2], 2).token_ids == [9, 1]

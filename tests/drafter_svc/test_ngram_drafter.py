@@ -51,14 +51,14 @@ def reference_ngram(context: Sequence[int], budget: int, max_context: int, min_c
 def test_chains_the_most_frequent_continuation(
     context: list[int], budget: int, max_context: int, expected: list[int]
 ) -> None:
-    draft = NgramDrafter(max_context=max_context).propose(context, budget)
+    draft = NgramDrafter(max_context=max_context, min_context=1).propose(context, budget)
     assert draft == Draft.point_masses(expected)
 
 
 def test_respects_the_budget() -> None:
     context = [4, 8, 15, 16, 23, 42] * 3
     for budget in range(0, 15):
-        draft = NgramDrafter().propose(context, budget)
+        draft = NgramDrafter(min_context=1).propose(context, budget)
         assert draft.token_ids == (context * 3)[: budget]
 
 
@@ -69,7 +69,7 @@ def test_min_context_stops_backing_off() -> None:
 
 
 def test_q_are_point_masses_on_the_drafted_tokens() -> None:
-    draft = NgramDrafter().propose([3, 1, 4, 1, 5, 9, 3, 1], 4)
+    draft = NgramDrafter(min_context=1).propose([3, 1, 4, 1, 5, 9, 3, 1], 4)
     assert len(draft) == 4
     for token, ids, probs in zip(draft.token_ids, draft.q_token_ids, draft.q_probs):
         assert ids == [token] and probs == [1.0]
@@ -93,7 +93,7 @@ def test_incremental_table_matches_a_from_scratch_reference() -> None:
 
 def test_reindexes_a_context_that_does_not_extend_the_last_one() -> None:
     rng = random.Random(7)
-    drafter = NgramDrafter()
+    drafter = NgramDrafter(min_context=1)
     for _ in range(30):
         context = [rng.randrange(4) for _ in range(rng.randint(0, 30))]
         assert drafter.propose(context, 5).token_ids == reference_ngram(context, 5, 8, 1)
@@ -107,12 +107,13 @@ def test_rejects_invalid_context_lengths(max_context: int, min_context: int) -> 
 
 def test_rejects_a_negative_budget() -> None:
     with pytest.raises(ValueError):
-        NgramDrafter().propose([1, 2, 1], -1)
+        NgramDrafter(min_context=1).propose([1, 2, 1], -1)
 
 
-def test_make_drafter_ngram_is_a_fresh_table() -> None:
+def test_make_drafter_ngram_is_a_fresh_table_that_needs_two_tokens_of_context() -> None:
     first = make_drafter("ngram")
-    assert first.propose([1, 2, 1], 1).token_ids == [2]
+    assert first.propose([1, 2, 1], 1).token_ids == []  # one token of context is not enough
+    assert first.propose([1, 2, 3, 1, 2], 1).token_ids == [3]
     assert make_drafter("ngram").propose([5], 1).token_ids == []
 
 

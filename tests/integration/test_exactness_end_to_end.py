@@ -2,7 +2,7 @@
 the first generated token over 2,000 seeded requests follows the target's own next-token
 distribution computed directly with transformers.
 
-The prompt makes the copy drafter draft the first token (" tea", copied from "You like tea"),
+The prompt makes the copy drafter draft the first token (" tea", after the 2-token match " We like"),
 and the target gives that draft a moderate probability, so both the accepted and the rejected
 (recovered-token) paths of Algorithm 1 are exercised on most seeds.
 
@@ -26,7 +26,7 @@ from scipy import stats as scipy_stats
 from drafter_svc.copy_drafter import CopyDrafter
 from specdec.client import AsyncClient
 
-PROMPT = "We like tea. You like tea. They like"
+PROMPT = "Yes. We like tea. You like tea. We like"
 TEMPERATURE, TOP_K = 0.8, 50
 SAMPLES = 2000
 CONCURRENCY = 4
