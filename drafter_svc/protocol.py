@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from drafter_svc.drafter import DRAFTER_NAMES
 from specdec.errors import InvalidArgument
-from specdec.sampling_params import SamplingParams
+from specdec.sampling_params import SamplingParams, sampling_from_proto, sampling_to_proto
 from specdec.tokenizer import Tokenizer
 from specdec.v1 import common_pb2, drafter_pb2, verifier_pb2
 
@@ -42,11 +42,7 @@ def request_from_proto(
         raise InvalidArgument("max_new_tokens", f"must be > 0, got {msg.max_new_tokens}")
     if msg.max_new_tokens > defaults.max_new_tokens_cap:
         raise InvalidArgument("max_new_tokens", f"{msg.max_new_tokens} exceeds this server's cap of {defaults.max_new_tokens_cap}")
-    sampling = SamplingParams(
-        temperature=msg.sampling.temperature if msg.sampling.HasField("temperature") else 1.0,
-        top_k=msg.sampling.top_k,
-        top_p=msg.sampling.top_p if msg.sampling.HasField("top_p") else 1.0,
-    )
+    sampling, seed = sampling_from_proto(msg.sampling)
     sampling.validate("sampling")
     if any(not s for s in msg.stop):
         raise InvalidArgument("stop", "stop strings must not be empty")
@@ -60,7 +56,7 @@ def request_from_proto(
         prompt_token_ids=prompt,
         max_new_tokens=msg.max_new_tokens,
         sampling=sampling,
-        seed=msg.sampling.seed if msg.sampling.HasField("seed") else None,
+        seed=seed,
         stop=list(msg.stop),
         drafter=drafter,
         num_draft_tokens=k,
@@ -92,11 +88,7 @@ def _prompt_ids(msg: drafter_pb2.GenerateRequest, tokenizer: Tokenizer) -> list[
 
 
 def open_message(request: GenerationRequest) -> verifier_pb2.VerifyRequest:
-    sampling = common_pb2.SamplingParams(
-        temperature=request.sampling.temperature, top_k=request.sampling.top_k, top_p=request.sampling.top_p
-    )
-    if request.seed is not None:
-        sampling.seed = request.seed
+    sampling = sampling_to_proto(request.sampling, request.seed)
     return verifier_pb2.VerifyRequest(
         open=verifier_pb2.OpenSession(prompt_token_ids=request.prompt_token_ids, sampling=sampling)
     )

@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass
 
 from specdec.errors import InvalidArgument
+from specdec.v1 import common_pb2
 
 
 @dataclass(frozen=True)
@@ -37,3 +38,20 @@ class SamplingParams:
             raise InvalidArgument(f"{field_prefix}.top_k", f"must be >= 0 (0 disables), got {self.top_k}")
         if not (0.0 < self.top_p <= 1.0):
             raise InvalidArgument(f"{field_prefix}.top_p", f"must be in (0, 1], got {self.top_p}")
+
+
+def sampling_from_proto(msg: common_pb2.SamplingParams) -> tuple[SamplingParams, int | None]:
+    """The settings and the seed (None: unset) of a SamplingParams message, unset fields defaulted."""
+    params = SamplingParams(
+        temperature=msg.temperature if msg.HasField("temperature") else 1.0,
+        top_k=msg.top_k,
+        top_p=msg.top_p if msg.HasField("top_p") else 1.0,
+    )
+    return params, (msg.seed if msg.HasField("seed") else None)
+
+
+def sampling_to_proto(params: SamplingParams, seed: int | None) -> common_pb2.SamplingParams:
+    msg = common_pb2.SamplingParams(temperature=params.temperature, top_k=params.top_k, top_p=params.top_p)
+    if seed is not None:
+        msg.seed = seed
+    return msg

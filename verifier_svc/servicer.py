@@ -10,21 +10,12 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 
 from specdec.errors import FailedPrecondition, InvalidArgument, Unavailable
-from specdec.sampling_params import SamplingParams
+from specdec.sampling_params import sampling_from_proto
 from specdec.tokenizer import Tokenizer
-from specdec.v1 import common_pb2, verifier_pb2, verifier_pb2_grpc
+from specdec.v1 import verifier_pb2, verifier_pb2_grpc
 from verifier_svc.acceptance import RoundVerdict
 from verifier_svc.session import Limits, RoundInput, Session, SessionTable
 from verifier_svc.target_model import TargetModel
-
-
-def sampling_from_proto(msg: common_pb2.SamplingParams) -> tuple[SamplingParams, int | None]:
-    params = SamplingParams(
-        temperature=msg.temperature if msg.HasField("temperature") else 1.0,
-        top_k=msg.top_k,
-        top_p=msg.top_p if msg.HasField("top_p") else 1.0,
-    )
-    return params, (msg.seed if msg.HasField("seed") else None)
 
 
 def round_from_proto(msg: verifier_pb2.Round) -> RoundInput:
