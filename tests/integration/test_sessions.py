@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import grpc
@@ -36,10 +37,7 @@ def test_client_disconnect_frees_the_verifier_session(cluster) -> None:  # type:
         next(stream)
         assert _open_sessions(cluster) == 1
         stream.close()  # cancels the RPC mid-generation
-    deadline = time.monotonic() + 10
-    while _open_sessions(cluster) != 0 and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert _open_sessions(cluster) == 0
+    _wait_for_no_sessions(cluster)
 
 
 def test_stream_deltas_concatenate_to_the_text_and_stats_add_up(cluster, tokenizer) -> None:  # type: ignore[no-untyped-def]
@@ -64,3 +62,52 @@ def test_stop_string_ends_generation_before_it(cluster) -> None:  # type: ignore
         cut = client.generate(messages=messages, max_new_tokens=60, temperature=0.0, stop=[stop])
     assert cut.finish_reason == "stop"
     assert cut.text == full.text[: full.text.index(stop)]
+
+
+def _wait_for_no_sessions(cluster) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + 10
+    while _open_sessions(cluster) != 0 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _open_sessions(cluster) == 0
+
+
+def test_client_deadline_is_exceeded_and_the_session_freed(cluster) -> None:  # type: ignore[no-untyped-def]
+    with Client(cluster.address, timeout=1.0) as client:
+        try:
+            client.generate(messages=POEM, max_new_tokens=400, temperature=0.0, num_draft_tokens=0)
+            raise AssertionError("400 plain target passes cannot finish within 1 s here")
+        except grpc.RpcError as error:
+            assert error.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    _wait_for_no_sessions(cluster)
+
+
+def test_sessions_past_the_limit_are_refused_and_the_open_ones_keep_working(cluster) -> None:  # type: ignore[no-untyped-def]
+    """The test cluster's verifier allows 8 sessions."""
+    opening = verifier_pb2.VerifyRequest(open=verifier_pb2.OpenSession(prompt_token_ids=[1, 2, 3]))
+    one_round = verifier_pb2.VerifyRequest(round=verifier_pb2.Round())
+
+    async def scenario() -> None:
+        async with grpc.aio.insecure_channel(cluster.verifier.address) as channel:
+            stub = verifier_pb2_grpc.VerifierStub(channel)
+            streams = [stub.Verify() for _ in range(8)]
+            try:
+                for stream in streams:
+                    await stream.write(opening)
+                    await stream.write(one_round)
+                    assert (await stream.read()).num_accepted == 0  # a plain step: the session is open
+                refused = stub.Verify()
+                await refused.write(opening)
+                try:
+                    await refused.read()
+                    raise AssertionError("a ninth session was admitted")
+                except grpc.aio.AioRpcError as error:
+                    assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+                    assert error.details().startswith("open")
+                await streams[0].write(one_round)
+                assert (await streams[0].read()).next_token_id >= 0  # the open sessions still serve
+            finally:
+                for stream in streams:
+                    stream.cancel()
+
+    asyncio.run(scenario())
+    _wait_for_no_sessions(cluster)
