@@ -36,8 +36,8 @@ class TargetModel:
 
         Only those positions go through the output head (a prefill needs just its last rows).
         A short pass may be padded (see CPU_MIN_PASS_TOKENS) by repeating its last token after
-        the real ones: the causal mask hides the padding from them, and the caller's rollback
-        drops its cache entries with the rejected drafts'.
+        the real ones: the causal mask hides the padding from them, and its cache entries are
+        dropped before returning, so the cache grows by exactly len(token_ids).
         """
         start, real = len(cache), len(token_ids)
         fits = start + self.min_pass_tokens <= self.context_length
@@ -52,4 +52,5 @@ class TargetModel:
             use_cache=True,
             logits_to_keep=num_logits + padding,
         )
+        cache.truncate(start + real)
         return out.logits[0, :num_logits].float().cpu()  # the kept rows end with the padding
