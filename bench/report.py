@@ -51,6 +51,10 @@ def _first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
+def _tokens_per_second(out: Output) -> float:
+    return len(out.token_ids) / out.wall_seconds if out.wall_seconds > 0 else 0.0
+
+
 def make_record(
     prompt: Prompt, system: str, position: int, out: Output | str, baseline: Output | str | None, greedy: bool
 ) -> Record:
@@ -58,10 +62,10 @@ def make_record(
     base = dict(question_id=prompt.question_id, category=prompt.category, row=prompt.row, system=system, position=position)
     if isinstance(out, str):
         return Record(**base, error=out)
-    tps = len(out.token_ids) / out.wall_seconds if out.wall_seconds > 0 else 0.0
+    tps = _tokens_per_second(out)
     speedup = differs = first = None
     if isinstance(baseline, Output):
-        base_tps = len(baseline.token_ids) / baseline.wall_seconds if baseline.wall_seconds > 0 else 0.0
+        base_tps = _tokens_per_second(baseline)
         speedup = tps / base_tps if base_tps > 0 else None
         if greedy:
             first = _first_difference(out.token_ids, baseline.token_ids)
