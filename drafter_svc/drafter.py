@@ -13,54 +13,85 @@ from dataclasses import dataclass
 from typing import Protocol
 
 
+ROOT = -1  # the parent index of a node that follows the context's last token
+
+
 @dataclass(frozen=True)
 class Draft:
-    """Proposed continuation: token_ids[i] was drawn from the distribution q_i, given sparsely as
-    (q_token_ids[i], q_probs[i]); q_probs[i] sums to 1 and q_token_ids[i] contains token_ids[i].
-    A deterministic drafter declares a point mass ([t], [1.0]). Empty draft = decode normally.
+    """A proposed token tree (a chain is a tree with one child per node).
+
+    Node i holds token_ids[i]; its parent is parents[i]: ROOT (-1) for a node that follows the
+    context directly, else an earlier node (parents[i] < i). Token i was drawn from the
+    distribution q_i, given sparsely as (q_token_ids[i], q_probs[i]); q_probs[i] sums to 1 and
+    q_token_ids[i] contains token_ids[i]. Siblings must be independent draws from the q they
+    declare; a deterministic drafter declares point masses ([t], [1.0]) and may branch freely.
+    Empty draft = decode normally.
     """
 
     token_ids: list[int]
+    parents: list[int]
     q_token_ids: list[list[int]]
     q_probs: list[list[float]]
 
     def __post_init__(self) -> None:
-        if not len(self.token_ids) == len(self.q_token_ids) == len(self.q_probs):
-            raise ValueError("token_ids, q_token_ids and q_probs must have one entry per drafted token")
+        if not len(self.token_ids) == len(self.parents) == len(self.q_token_ids) == len(self.q_probs):
+            raise ValueError("token_ids, parents, q_token_ids and q_probs must have one entry per node")
+        for i, parent in enumerate(self.parents):
+            if not ROOT <= parent < i:
+                raise ValueError(f"node {i}: parent {parent} must be ROOT or an earlier node")
         for token, ids, probs in zip(self.token_ids, self.q_token_ids, self.q_probs):
             if len(ids) != len(probs) or token not in ids:
                 raise ValueError("each q must list its drafted token, with one probability per token id")
 
     @staticmethod
-    def point_masses(token_ids: Sequence[int]) -> Draft:
-        """The draft of a deterministic drafter: q_i puts all its mass on token_ids[i]."""
+    def point_masses(token_ids: Sequence[int], parents: Sequence[int] | None = None) -> Draft:
+        """The draft of a deterministic drafter: q_i puts all its mass on token_ids[i]. Without
+        parents the tokens form a chain."""
         ids = [int(t) for t in token_ids]
-        return Draft(ids, [[t] for t in ids], [[1.0] for _ in ids])
+        tree = list(range(ROOT, len(ids) - 1)) if parents is None else [int(p) for p in parents]
+        return Draft(ids, tree, [[t] for t in ids], [[1.0] for _ in ids])
 
     def __len__(self) -> int:
         return len(self.token_ids)
+
+    def depth(self) -> int:
+        """Length of the longest root-to-leaf path (0 for an empty draft)."""
+        depths: list[int] = []
+        for parent in self.parents:
+            depths.append(1 if parent == ROOT else depths[parent] + 1)
+        return max(depths, default=0)
+
+    def path_tokens(self, nodes: Sequence[int]) -> list[int]:
+        """The tokens of the given nodes, in order (e.g. the accepted path)."""
+        return [self.token_ids[i] for i in nodes]
 
 
 @dataclass(frozen=True)
 class Feedback:
     """What the verifier did with the last draft.
 
-    emitted_token_ids are the tokens appended to the context this round: the accepted drafted
-    tokens followed by the recovered (after a rejection) or bonus (after full acceptance) token.
+    emitted_token_ids are the tokens appended to the context this round: the tokens of the
+    accepted path followed by the recovered (after a rejection) or bonus (after full acceptance) token.
     """
 
-    num_drafted: int
-    num_accepted: int
-    acceptance_probs: list[float]  # min(1, p/q) per drafted token
+    num_drafted: int  # nodes in the draft
+    accepted_nodes: list[int]  # the accepted root-to-node path, as node indices
+    acceptance_probs: list[float]  # min(1, p/q) per node, p conditioned on the node's path
     emitted_token_ids: list[int]
+
+    @property
+    def num_accepted(self) -> int:
+        return len(self.accepted_nodes)
 
 
 class Drafter(Protocol):
     """One object per generation session; it may keep incremental state between calls."""
 
-    def propose(self, context: Sequence[int], budget: int) -> Draft:
-        """Draft at most `budget` (>= 0) tokens to follow `context`, the whole sequence so far
-        (prompt + generated). Within a session the context only grows, by the emitted tokens."""
+    def propose(self, context: Sequence[int], budget: int, max_nodes: int | None = None) -> Draft:
+        """Draft a tree to follow `context`, the whole sequence so far (prompt + generated):
+        no path longer than `budget` (>= 0) tokens, at most `max_nodes` nodes (default: budget,
+        which allows only a chain). Within a session the context only grows, by the emitted
+        tokens."""
         ...
 
     def observe(self, feedback: Feedback) -> None:

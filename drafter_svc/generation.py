@@ -1,7 +1,8 @@
 """The round loop of one generation: draft, send the round to the verifier, stream the result.
 
-Each round: the drafter proposes up to k tokens with their q; the verifier answers in one target
-pass how many it accepted plus a recovered or bonus token; the drafter learns from the verdict.
+Each round: the drafter proposes a token tree (depth up to k, a chain or branches) with each
+node's q; the verifier answers in one target pass with the accepted path plus a recovered or bonus
+token; the drafter learns from the verdict.
 With k = 0 every round is one plain target step: the no-speculation baseline on the same path.
 """
 
@@ -14,7 +15,7 @@ from dataclasses import dataclass, field
 import grpc
 
 from drafter_svc.detokenizer import IncrementalDetokenizer
-from drafter_svc.drafter import Draft, Feedback, make_drafter
+from drafter_svc.drafter import ROOT, Draft, Feedback, make_drafter
 from drafter_svc.protocol import GenerationRequest, open_message, round_message
 from drafter_svc.stop_strings import StopStringMatcher
 from specdec.errors import Unavailable
@@ -27,6 +28,7 @@ class Stats:
     prompt_tokens: int
     drafter: str
     num_draft_tokens: int
+    max_tree_nodes: int
     generated_tokens: int = 0
     rounds: int = 0
     drafted_tokens: int = 0
@@ -53,7 +55,18 @@ class Stats:
             time_to_first_token_seconds=self.time_to_first_token_seconds,
             drafter=self.drafter,
             num_draft_tokens=self.num_draft_tokens,
+            max_tree_nodes=self.max_tree_nodes,
         )
+
+
+def _accepted_path(draft: Draft, nodes: list[int]) -> list[int]:
+    """The verdict's accepted nodes, checked to be a root-down path of the draft."""
+    parent = ROOT
+    for node in nodes:
+        if not 0 <= node < len(draft) or draft.parents[node] != parent:
+            raise Unavailable("", f"the verifier answered with accepted nodes {nodes}, not a path of the draft")
+        parent = node
+    return nodes
 
 
 @dataclass(frozen=True)
@@ -66,7 +79,7 @@ async def generate(
     request: GenerationRequest, stub: verifier_pb2_grpc.VerifierStub, tokenizer: Tokenizer, info: VerifierInfo
 ) -> AsyncIterator[drafter_pb2.GenerateResponse]:
     """Yield text deltas with their token ids; the last response has the finish reason and stats."""
-    stats = Stats(len(request.prompt_token_ids), request.drafter, request.num_draft_tokens)
+    stats = Stats(len(request.prompt_token_ids), request.drafter, request.num_draft_tokens, request.max_tree_nodes)
     drafter = make_drafter(request.drafter)
     detokenizer = IncrementalDetokenizer(tokenizer.decode, request.prompt_token_ids)
     stopper = StopStringMatcher(request.stop)
@@ -78,22 +91,23 @@ async def generate(
             room = min(request.max_new_tokens - stats.generated_tokens, info.context_length - len(context))
             budget = min(request.num_draft_tokens, room - 1)
             started = time.perf_counter()
-            draft = drafter.propose(context, budget) if budget > 0 else Draft.point_masses([])
+            draft = drafter.propose(context, budget, request.max_tree_nodes) if budget > 0 else Draft.point_masses([])
             stats.draft_seconds += time.perf_counter() - started
 
             started = time.perf_counter()
-            await call.write(round_message(draft.token_ids, draft.q_token_ids, draft.q_probs))
+            await call.write(round_message(draft))
             verdict: verifier_pb2.VerifyResponse = await call.read()
             if verdict is grpc.aio.EOF:
                 raise Unavailable("", "the verifier ended the session unexpectedly")
             stats.round_trip_seconds += time.perf_counter() - started
             if stats.rounds == 0:
                 stats.time_to_first_token_seconds = time.perf_counter() - stats.started
-            emitted = [*draft.token_ids[: verdict.num_accepted], verdict.next_token_id]
-            drafter.observe(Feedback(len(draft), verdict.num_accepted, list(verdict.acceptance_probs), emitted))
+            path = _accepted_path(draft, list(verdict.accepted_nodes))
+            emitted = [*draft.path_tokens(path), verdict.next_token_id]
+            drafter.observe(Feedback(len(draft), path, list(verdict.acceptance_probs), emitted))
             stats.rounds += 1
             stats.drafted_tokens += len(draft)
-            stats.accepted_tokens += verdict.num_accepted
+            stats.accepted_tokens += len(path)
             stats.verify_seconds += verdict.verify_seconds
 
             finish = drafter_pb2.FINISH_REASON_UNSPECIFIED

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from drafter_svc.drafter import DRAFTER_NAMES
+from drafter_svc.drafter import DRAFTER_NAMES, Draft
 from specdec.errors import InvalidArgument
 from specdec.sampling_params import SamplingParams, sampling_from_proto, sampling_to_proto
 from specdec.tokenizer import Tokenizer
@@ -22,22 +22,31 @@ class GenerationRequest:
     seed: int | None
     stop: list[str]
     drafter: str
-    num_draft_tokens: int
+    num_draft_tokens: int  # tree depth; 0: no speculation
+    max_tree_nodes: int  # >= num_draft_tokens; equal: a chain
 
 
 @dataclass(frozen=True)
 class Defaults:
     drafter: str
     num_draft_tokens: int
+    max_tree_nodes: int
     max_new_tokens_cap: int
 
 
+@dataclass(frozen=True)
+class VerifierLimits:
+    context_length: int
+    max_draft_tokens: int  # tree nodes per round
+    max_draft_depth: int
+
+
 def request_from_proto(
-    msg: drafter_pb2.GenerateRequest, tokenizer: Tokenizer, context_length: int, max_draft_tokens: int, defaults: Defaults
+    msg: drafter_pb2.GenerateRequest, tokenizer: Tokenizer, limits: VerifierLimits, defaults: Defaults
 ) -> GenerationRequest:
     prompt = _prompt_ids(msg, tokenizer)
-    if len(prompt) >= context_length:
-        raise InvalidArgument("prompt", f"{len(prompt)} tokens leave no room in the model's context length of {context_length}")
+    if len(prompt) >= limits.context_length:
+        raise InvalidArgument("prompt", f"{len(prompt)} tokens leave no room in the model's context length of {limits.context_length}")
     if msg.max_new_tokens <= 0:
         raise InvalidArgument("max_new_tokens", f"must be > 0, got {msg.max_new_tokens}")
     if msg.max_new_tokens > defaults.max_new_tokens_cap:
@@ -49,9 +58,7 @@ def request_from_proto(
     drafter = msg.speculation.drafter or defaults.drafter
     if drafter not in DRAFTER_NAMES:
         raise InvalidArgument("speculation.drafter", f"unknown drafter {drafter!r}; choose one of {', '.join(DRAFTER_NAMES)}")
-    k = msg.speculation.num_draft_tokens if msg.speculation.HasField("num_draft_tokens") else defaults.num_draft_tokens
-    if not 0 <= k <= max_draft_tokens:
-        raise InvalidArgument("speculation.num_draft_tokens", f"must be in [0, {max_draft_tokens}] (the verifier's limit), got {k}")
+    k, nodes = _tree_shape(msg.speculation, limits, defaults)
     return GenerationRequest(
         prompt_token_ids=prompt,
         max_new_tokens=msg.max_new_tokens,
@@ -60,7 +67,27 @@ def request_from_proto(
         stop=list(msg.stop),
         drafter=drafter,
         num_draft_tokens=k,
+        max_tree_nodes=nodes,
     )
+
+
+def _tree_shape(msg: drafter_pb2.SpeculationParams, limits: VerifierLimits, defaults: Defaults) -> tuple[int, int]:
+    """(depth, nodes) of each round's token tree, within the verifier's limits."""
+    max_depth = min(limits.max_draft_depth, limits.max_draft_tokens)
+    k = msg.num_draft_tokens if msg.HasField("num_draft_tokens") else min(defaults.num_draft_tokens, max_depth)
+    if not 0 <= k <= max_depth:
+        raise InvalidArgument("speculation.num_draft_tokens", f"must be in [0, {max_depth}] (the verifier's limit), got {k}")
+    if msg.HasField("max_tree_nodes"):
+        nodes = msg.max_tree_nodes
+        if not k <= nodes <= limits.max_draft_tokens:
+            raise InvalidArgument(
+                "speculation.max_tree_nodes",
+                f"must be in [num_draft_tokens = {k}, {limits.max_draft_tokens}] (the verifier's limit), got {nodes}",
+            )
+        return k, nodes
+    # The default shape scales with the draft length: a chain of k plus the same share of branches.
+    nodes = k * defaults.max_tree_nodes // max(defaults.num_draft_tokens, 1)
+    return k, min(max(nodes, k), limits.max_draft_tokens)
 
 
 def _prompt_ids(msg: drafter_pb2.GenerateRequest, tokenizer: Tokenizer) -> list[int]:
@@ -94,12 +121,12 @@ def open_message(request: GenerationRequest) -> verifier_pb2.VerifyRequest:
     )
 
 
-def round_message(token_ids: list[int], q_token_ids: list[list[int]], q_probs: list[list[float]]) -> verifier_pb2.VerifyRequest:
+def round_message(draft: Draft) -> verifier_pb2.VerifyRequest:
     return verifier_pb2.VerifyRequest(
         round=verifier_pb2.Round(
-            draft_tokens=[
-                verifier_pb2.DraftToken(token_id=t, q=common_pb2.SparseDistribution(token_ids=ids, probs=probs))
-                for t, ids, probs in zip(token_ids, q_token_ids, q_probs)
+            nodes=[
+                verifier_pb2.DraftNode(parent=parent, token_id=t, q=common_pb2.SparseDistribution(token_ids=ids, probs=probs))
+                for t, parent, ids, probs in zip(draft.token_ids, draft.parents, draft.q_token_ids, draft.q_probs)
             ]
         )
     )

@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 async def run(config: DrafterSettings) -> None:
     tokenizer = Tokenizer(tokenizer_dir(config.model))
     link = VerifierLink(config.verifier, tokenizer)
-    defaults = Defaults(config.drafter, config.num_draft_tokens, config.max_new_tokens_cap)
+    defaults = Defaults(config.drafter, config.num_draft_tokens, config.max_tree_nodes, config.max_new_tokens_cap)
     servicer = DrafterServicer(link, defaults)
 
     def add_services(server) -> list[str]:  # type: ignore[no-untyped-def]

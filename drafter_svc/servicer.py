@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 import grpc
 
 from drafter_svc.generation import generate
-from drafter_svc.protocol import Defaults, request_from_proto
+from drafter_svc.protocol import Defaults, VerifierLimits, request_from_proto
 from drafter_svc.verifier_link import VerifierLink
 from specdec.v1 import drafter_pb2, drafter_pb2_grpc
 
@@ -21,8 +21,7 @@ class DrafterServicer(drafter_pb2_grpc.DrafterServicer):
         self, request: drafter_pb2.GenerateRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[drafter_pb2.GenerateResponse]:
         model_info, verifier_info = self.link.require_ready()
-        generation = request_from_proto(
-            request, self.link.tokenizer, model_info.context_length, model_info.max_draft_tokens, self.defaults
-        )
+        limits = VerifierLimits(model_info.context_length, model_info.max_draft_tokens, model_info.max_draft_depth)
+        generation = request_from_proto(request, self.link.tokenizer, limits, self.defaults)
         async for response in generate(generation, self.link.stub, self.link.tokenizer, verifier_info):
             yield response

@@ -12,6 +12,9 @@ class DrafterSettings:
     verifier: str = field(default="127.0.0.1:50052", metadata={"help": "verifier address HOST:PORT"})
     model: str = field(default="default", metadata={"help": "tokenizer source: 'default', a .gguf file or a model folder"})
     drafter: str = field(default="copy", metadata={"help": "drafter used when a request names none"})
-    num_draft_tokens: int = field(default=8, metadata={"help": "draft length used when a request sets none"})
+    num_draft_tokens: int = field(default=8, metadata={"help": "draft length (tree depth) used when a request sets none"})
+    max_tree_nodes: int = field(
+        default=8, metadata={"help": "tree nodes per round at the default draft length (scaled with a request's own length)"}
+    )
     max_new_tokens_cap: int = field(default=4096, metadata={"help": "largest max_new_tokens a request may ask for"})
     grace_seconds: float = field(default=20.0, metadata={"help": "on SIGTERM, how long running streams may finish"})

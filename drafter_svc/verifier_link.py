@@ -51,4 +51,6 @@ class VerifierLink:
         if self.model_info is None:
             raise Unavailable("", f"the verifier at {self.address} is not ready yet")
         info = self.model_info
+        if not info.max_draft_depth:  # a verifier from before token trees: chains of max_draft_tokens
+            info.max_draft_depth = info.max_draft_tokens
         return info, VerifierInfo(frozenset(info.eos_token_ids), info.context_length)

@@ -25,6 +25,7 @@ def _generate(args: argparse.Namespace) -> int:
                 stop=args.stop,
                 drafter=args.drafter,
                 num_draft_tokens=args.num_draft_tokens,
+                max_tree_nodes=args.max_tree_nodes,
             ):
                 sys.stdout.write(chunk.text)
                 sys.stdout.flush()
@@ -60,7 +61,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     gen.add_argument("--seed", type=int, default=None)
     gen.add_argument("--stop", action="append", default=[])
     gen.add_argument("--drafter", default="", help="copy or ngram (default: the server's)")
-    gen.add_argument("--num-draft-tokens", type=int, default=None, help="0 disables speculation")
+    gen.add_argument("--num-draft-tokens", type=int, default=None, help="draft length (tree depth); 0 disables speculation")
+    gen.add_argument("--max-tree-nodes", type=int, default=None, help="tree nodes per round (= draft length: a chain)")
 
     demo = commands.add_parser("demo", help="start both services locally and compare speculation on and off")
     demo.add_argument("--max-new-tokens", type=int, default=96)

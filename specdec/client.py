@@ -32,6 +32,7 @@ class GenerationStats:
     time_to_first_token_seconds: float = 0.0
     drafter: str = ""
     num_draft_tokens: int = 0
+    max_tree_nodes: int = 0
 
     @property
     def tokens_per_second(self) -> float:
@@ -73,6 +74,7 @@ def build_request(
     stop: Sequence[str] = (),
     drafter: str = "",
     num_draft_tokens: int | None = None,
+    max_tree_nodes: int | None = None,
 ) -> drafter_pb2.GenerateRequest:
     """Exactly one of prompt (plain text), messages (chat) or token_ids."""
     if sum(x is not None for x in (prompt, messages, token_ids)) != 1:
@@ -93,6 +95,8 @@ def build_request(
         request.sampling.seed = seed
     if num_draft_tokens is not None:
         request.speculation.num_draft_tokens = num_draft_tokens
+    if max_tree_nodes is not None:
+        request.speculation.max_tree_nodes = max_tree_nodes
     return request
 
 

@@ -33,13 +33,13 @@ def reference_model():  # type: ignore[no-untyped-def]
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """A verifier and a drafter as separate processes, shared by the integration tests.
 
-    The verifier's token limit and the drafter's max_new_tokens cap are set low so that the
-    limit checks can be exercised cheaply.
+    The verifier's tree limits (16 nodes, depth 8) and the drafter's max_new_tokens cap are set
+    low so that the limit checks can be exercised cheaply.
     """
     logs: Path = tmp_path_factory.mktemp("cluster-logs")
     with LocalCluster(
         logs,
-        verifier_args=["--max-draft-tokens", "16", "--max-sessions", "8"],
+        verifier_args=["--max-draft-tokens", "16", "--max-draft-depth", "8", "--max-sessions", "8"],
         drafter_args=["--max-new-tokens-cap", "512"],
     ) as c:
         yield c

@@ -1,9 +1,9 @@
-"""The exact acceptance rule for one round of drafted tokens.
+"""The exact acceptance rule for one round's token tree of drafted tokens.
 
 Pure functions over tensors: no model, cache or RPC. Words as in vLLM's rejection sampler:
-drafted tokens are *accepted* or rejected; the first rejection is replaced by a *recovered*
-token sampled from the residual distribution; a fully accepted draft earns a *bonus* token
-sampled from the target's last row.
+drafted tokens are *accepted* or rejected; where the walk down the tree stops at a rejection, a
+*recovered* token is sampled from the residual distribution; a path accepted down to a leaf
+earns a *bonus* token sampled from the leaf's row. A chain is a tree with one child per node.
 
 Draft distributions q arrive sparse: row i lists the support of q_i (token ids) and its
 probabilities, padded to a common width S with probability-0 entries whose ids mean nothing
@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from verifier_svc.sampling import greedy_tokens
+from verifier_svc.token_tree import ROOT, TokenTree
 
 # Below float32's resolution of 1.0 a residual max(p - q, 0) is rounding noise, not a
 # distribution: it is that small only when p == q up to rounding, where rejection has
@@ -28,95 +29,114 @@ _TINY = torch.finfo(torch.float32).tiny
 
 @dataclass(frozen=True)
 class RoundVerdict:
-    """What the target decided about one round of k drafted tokens."""
+    """What the target decided about one round's token tree of n nodes."""
 
-    num_accepted: int  # drafted tokens accepted, 0..k
-    next_token: int  # recovered token (after a rejection) or bonus token (all k accepted)
-    is_bonus: bool  # True iff num_accepted == k
-    # [k] float32 for EVERY drafted token, also those after the first rejection: min(1, p_i(x_i) / q_i(x_i));
-    # greedy: 1.0 where x_i is the argmax of row i, else 0.0.
+    accepted_nodes: list[int]  # the accepted root-to-node path, as node indices (a chain: 0..m-1)
+    next_token: int  # recovered token (after a rejection) or bonus token (after a leaf)
+    is_bonus: bool  # True iff the accepted path ends at a leaf (for a chain: all drafts accepted)
+    # [n] float32 for EVERY node: min(1, p(x) / q(x)) with p the target's distribution after the
+    # node's path (not the residual left by siblings tried before it); greedy: 1.0 where x is
+    # the argmax there, else 0.0.
     acceptance_probs: torch.Tensor
 
+    @property
+    def num_accepted(self) -> int:
+        return len(self.accepted_nodes)
 
-def verify_greedy(target_logits: torch.Tensor, draft_tokens: torch.Tensor) -> RoundVerdict:
-    """Greedy verification (Appendix A of Stratos, after Stern et al.).
 
-    target_logits [k+1, vocab]: row i scores the position after draft i-1 (row 0: after the
-    context). draft_tokens [k] int64. Accept while draft i equals the argmax of row i; the next
-    token is the argmax at the first mismatch, or of row k (the bonus) when all k match.
-    acceptance_probs is 1.0 where draft i equals the argmax of row i, else 0.0.
+def verify_greedy(target_logits: torch.Tensor, tree: TokenTree) -> RoundVerdict:
+    """Greedy verification of a token tree (Appendix A of Stratos, after Stern et al.).
+
+    target_logits [n+1, vocab]: row 0 scores the position after the root, row i+1 the position
+    after node i. From the root, walk to the child whose token is the argmax there (the first
+    such child when siblings repeat a token); the next token is the argmax where the walk stops.
+    At each node at most one token is acceptable, so this finds the longest accepted path.
     """
-    k = draft_tokens.shape[0]
-    assert target_logits.shape[0] == k + 1, "need one target row per drafted token plus one"
-    argmax = greedy_tokens(target_logits)  # [k+1]
-    matches = argmax[:k] == draft_tokens  # [k]
-    num_accepted = _leading_true(matches)
+    assert target_logits.shape[0] == len(tree) + 1, "need one target row per node plus one for the root"
+    argmax = greedy_tokens(target_logits)  # [n+1]
+    matches = tree.tokens == argmax[tree.parents + 1]  # [n]
+    path: list[int] = []
+    node = ROOT
+    while (child := next((c for c in tree.children_of(node) if matches[c]), None)) is not None:
+        path.append(child)
+        node = child
     return RoundVerdict(
-        num_accepted=num_accepted,
-        next_token=int(argmax[num_accepted]),
-        is_bonus=num_accepted == k,
+        accepted_nodes=path,
+        next_token=int(argmax[node + 1]),
+        is_bonus=not tree.children_of(node),
         acceptance_probs=matches.float(),
     )
 
 
 def verify_speculative(
     target_probs: torch.Tensor,
-    draft_tokens: torch.Tensor,
+    tree: TokenTree,
     draft_q_ids: torch.Tensor,
     draft_q_probs: torch.Tensor,
     generator: torch.Generator,
 ) -> RoundVerdict:
-    """Speculative sampling: Algorithm 1 of Leviathan et al. (Stratos, section 1.1).
+    """Multi-draft iterative speculative sampling over a token tree (Stratos, section 2.1, after
+    SpecInfer); on a chain it is Algorithm 1 of Leviathan et al.
 
-    target_probs [k+1, vocab]: standardized p_i, row i conditioned on the context and drafts
-    before i. draft_tokens [k] int64, x_i ~ q_i. draft_q_ids [k, S] int64 and draft_q_probs
-    [k, S] float32: the sparse q_i (padding has probability 0). Accept x_i with probability
-    min(1, p_i(x_i) / q_i(x_i)); at the first rejection sample the recovered token from
-    norm(max(p_i - q_i, 0)); if all k are accepted sample the bonus token from p_k. k may be 0
-    (plain sampling from p_0). The emitted tokens are distributed exactly as sampling from p.
+    target_probs [n+1, vocab]: standardized p, row 0 after the root, row i+1 after node i.
+    draft_q_ids [n, S] int64 and draft_q_probs [n, S] float32: the sparse q node i's token was
+    drawn from (padding has probability 0). From the root: try the children in random order,
+    accepting child x with probability min(1, p(x) / q(x)); after each rejection replace p by
+    norm(max(p - q, 0)); move to the first accepted child and repeat with its own row. When no
+    child is accepted, the recovered token is sampled from what is left of p; after a leaf the
+    bonus token is sampled from the leaf's row. n may be 0 (plain sampling from row 0).
 
-    Randomness comes only from `generator`, always in the same order: one torch.rand(k), then
-    one torch.multinomial; the same generator state gives the same verdict.
+    The emitted tokens are distributed exactly as sampling from p whenever siblings are
+    independent draws from the q they declare (repeated tokens included) or point masses.
+    Randomness comes only from `generator`, in a fixed order per visited node: one randperm
+    when it has several children, one torch.rand(()) per child tried, and at the end one
+    torch.multinomial. The same generator state gives the same verdict.
     """
-    k = draft_tokens.shape[0]
-    assert target_probs.shape[0] == k + 1, "need one target row per drafted token plus one"
-    assert draft_q_ids.shape == draft_q_probs.shape and draft_q_ids.shape[0] == k, "q must be [k, S]"
+    n = len(tree)
+    assert target_probs.shape[0] == n + 1, "need one target row per node plus one for the root"
+    assert draft_q_ids.shape == draft_q_probs.shape and draft_q_ids.shape[0] == n, "q must be [n, S]"
 
-    # p_i(x_i): one gather per row (row k, the bonus row, is not gathered). q_i(x_i): the sum
-    # over support entries equal to x_i, so padding (probability 0) adds nothing even when its
-    # id repeats x_i.
-    x = draft_tokens.unsqueeze(1)  # [k, 1]
-    p_x = target_probs.gather(1, x).squeeze(1)  # [k]
-    q_x = draft_q_probs.where(draft_q_ids == x, 0.0).sum(1)  # [k]
+    # p(x): node i's token under its parent's row. q(x): the sum over support entries equal to
+    # x, so padding (probability 0) adds nothing even when its id repeats x.
+    x = tree.tokens.unsqueeze(1)  # [n, 1]
+    p_x = target_probs[tree.parents + 1].gather(1, x).squeeze(1)  # [n]
+    q_x = draft_q_probs.where(draft_q_ids == x, 0.0).sum(1)  # [n]
     # min(1, p/q); p(x) = 0 (e.g. x outside top-k) gives 0. q(x) = 0 cannot be drawn from q;
     # the floor only keeps the division finite.
-    acceptance = (p_x / q_x.clamp_min(_TINY)).clamp_max_(1.0)  # [k]
+    acceptance = (p_x / q_x.clamp_min(_TINY)).clamp_max_(1.0)  # [n]
 
-    # x_i is accepted iff u_i < min(1, p/q), u_i ~ U[0, 1): probability exactly min(1, p/q).
-    uniforms = torch.rand(k, generator=generator, dtype=acceptance.dtype)  # [k]
-    num_accepted = _leading_true(uniforms < acceptance)
+    tokens, acceptance_list, q_x_list = tree.tokens.tolist(), acceptance.tolist(), q_x.clamp_min(_TINY).tolist()
+    path: list[int] = []
+    node = ROOT
+    while True:
+        children = tree.children_of(node)
+        p = target_probs[node + 1]  # [vocab], the distribution after `node`'s path
+        if not children:
+            next_token = int(torch.multinomial(p, 1, generator=generator))
+            return RoundVerdict(path, next_token, True, acceptance.float())
+        if len(children) > 1:
+            children = tuple(children[j] for j in torch.randperm(len(children), generator=generator).tolist())
+        accepted = None
+        for tried, child in enumerate(children):
+            # min(1, p/q) under what is left of p (the first child sees p itself).
+            ratio = acceptance_list[child] if tried == 0 else min(1.0, float(p[tokens[child]]) / q_x_list[child])
+            # child accepted iff u < min(1, p/q), u ~ U[0, 1): probability exactly min(1, p/q).
+            if float(torch.rand((), generator=generator, dtype=p.dtype)) < ratio:
+                accepted = child
+                break
+            p = _residual(p, draft_q_ids[child], draft_q_probs[child])
+        if accepted is None:
+            # multinomial normalizes p itself.
+            next_token = int(torch.multinomial(p, 1, generator=generator))
+            return RoundVerdict(path, next_token, False, acceptance.float())
+        path.append(accepted)
+        node = accepted
 
-    if num_accepted == k:
-        final = target_probs[k]  # [vocab] bonus: p_k, conditioned on all k drafts
-    else:
-        # Recovered token for the ONE rejected row n: norm(max(p_n - q_n, 0)). Subtracting the
-        # sparse q_n with index_add sums repeated ids, so padding never overwrites a real entry.
-        p_n = target_probs[num_accepted]  # [vocab]
-        q_n_probs = draft_q_probs[num_accepted].to(p_n.dtype)  # [S]
-        residual = p_n.index_add(0, draft_q_ids[num_accepted], q_n_probs, alpha=-1.0).clamp_min_(0.0)  # [vocab]
-        # multinomial normalizes the residual itself.
-        final = residual if float(residual.sum()) > MIN_RESIDUAL_MASS else p_n
-    next_token = int(torch.multinomial(final, 1, generator=generator))
 
-    return RoundVerdict(
-        num_accepted=num_accepted,
-        next_token=next_token,
-        is_bonus=num_accepted == k,
-        acceptance_probs=acceptance.float(),
-    )
-
-
-def _leading_true(flags: torch.Tensor) -> int:
-    """Length of the run of True at the start of a [k] bool tensor."""
-    flags_list = flags.tolist()
-    return flags_list.index(False) if False in flags_list else len(flags_list)
+def _residual(p: torch.Tensor, q_ids: torch.Tensor, q_probs: torch.Tensor) -> torch.Tensor:
+    """norm(max(p - q, 0)) for a normalized [vocab] p and a sparse q; p itself when that residual
+    has no mass to speak of (see MIN_RESIDUAL_MASS). Subtracting q with index_add sums repeated
+    ids, so padding never overwrites a real entry."""
+    residual = p.index_add(0, q_ids, q_probs.to(p.dtype), alpha=-1.0).clamp_min_(0.0)
+    mass = float(residual.sum())
+    return residual / mass if mass > MIN_RESIDUAL_MASS else p

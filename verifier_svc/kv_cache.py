@@ -1,7 +1,11 @@
-"""A session's KV cache: transformers' DynamicCache plus the one operation we need, rollback."""
+"""A session's KV cache: transformers' DynamicCache plus the two operations we need, rollback and
+keeping one accepted path of a token tree."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+import torch
 from transformers import DynamicCache, PretrainedConfig
 
 
@@ -20,3 +24,17 @@ class KVCache:
         assert excess >= 0, "cannot truncate a cache to more entries than it has"
         if excess:
             self.cache.crop(-excess)
+
+    @torch.inference_mode()
+    def keep(self, start: int, offsets: Sequence[int]) -> None:
+        """Keep the entries before `start` and, after them in this order, the entries at start +
+        offsets (increasing: the accepted path of a tree pass, whose nodes follow `start`); drop
+        the rest. The kept entries are gathered into place in each layer's tensors."""
+        assert list(offsets) == sorted(set(offsets)), "offsets must be increasing"
+        if list(offsets) != list(range(len(offsets))):  # a prefix of the nodes is already in place
+            for layer in self.cache.layers:
+                index = torch.tensor(offsets, dtype=torch.long, device=layer.keys.device) + start
+                end = start + len(offsets)
+                layer.keys[..., start:end, :] = layer.keys.index_select(-2, index)
+                layer.values[..., start:end, :] = layer.values.index_select(-2, index)
+        self.truncate(start + len(offsets))

@@ -30,15 +30,15 @@ def load_target(config: VerifierSettings) -> tuple[TargetModel, Tokenizer]:
     model = load_model(folder, config.device, resolve_dtype(config.dtype, config.device))
     target = TargetModel(model, name=folder.name if config.model != "default" else "SmolLM2-135M-Instruct")
     tokenizer = Tokenizer(folder)
-    limits = Limits(max_draft_tokens=config.max_draft_tokens, context_length=target.context_length)
+    limits = Limits(max_draft_tokens=3, max_draft_depth=2, context_length=target.context_length)
     warm = Session(target, tokenizer.encode("Hello"), SamplingParams(temperature=0.0), seed=0, limits=limits)
-    for _ in range(2):
-        warm.verify(RoundInput([], [], []))
+    for round_ in ([], [], [1, 2, 3], [1, 2, 3]):  # plain steps, then a small tree (two branches)
+        warm.verify(RoundInput.point_masses(round_, [-1, 0, -1] if round_ else []))
     return target, tokenizer
 
 
 async def run(config: VerifierSettings) -> None:
-    servicer = VerifierServicer(config.max_sessions, config.max_draft_tokens, config.context_length)
+    servicer = VerifierServicer(config.max_sessions, config.max_draft_tokens, config.max_draft_depth, config.context_length)
 
     def add_services(server) -> list[str]:  # type: ignore[no-untyped-def]
         verifier_pb2_grpc.add_VerifierServicer_to_server(servicer, server)

@@ -20,9 +20,10 @@ from verifier_svc.target_model import TargetModel
 
 def round_from_proto(msg: verifier_pb2.Round) -> RoundInput:
     return RoundInput(
-        draft_tokens=[d.token_id for d in msg.draft_tokens],
-        q_token_ids=[list(d.q.token_ids) for d in msg.draft_tokens],
-        q_probs=[list(d.q.probs) for d in msg.draft_tokens],
+        tokens=[d.token_id for d in msg.nodes],
+        parents=[d.parent for d in msg.nodes],
+        q_token_ids=[list(d.q.token_ids) for d in msg.nodes],
+        q_probs=[list(d.q.probs) for d in msg.nodes],
     )
 
 
@@ -33,15 +34,17 @@ def verdict_to_proto(verdict: RoundVerdict, seconds: float) -> verifier_pb2.Veri
         next_is_bonus=verdict.is_bonus,
         acceptance_probs=verdict.acceptance_probs.tolist(),
         verify_seconds=seconds,
+        accepted_nodes=verdict.accepted_nodes,
     )
 
 
 class VerifierServicer(verifier_pb2_grpc.VerifierServicer):
     """Serves once `ready` is set; target passes run one at a time on a worker thread."""
 
-    def __init__(self, max_sessions: int, max_draft_tokens: int, context_length: int) -> None:
+    def __init__(self, max_sessions: int, max_draft_tokens: int, max_draft_depth: int, context_length: int) -> None:
         self.sessions = SessionTable(max_sessions)
         self.max_draft_tokens = max_draft_tokens
+        self.max_draft_depth = max_draft_depth
         self.requested_context_length = context_length
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="target")
         self.target: TargetModel | None = None
@@ -51,7 +54,7 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServicer):
         context = target.context_length
         if self.requested_context_length:
             context = min(context, self.requested_context_length)
-        self.limits = Limits(max_draft_tokens=self.max_draft_tokens, context_length=context)
+        self.limits = Limits(self.max_draft_tokens, self.max_draft_depth, context_length=context)
         self.info = verifier_pb2.ModelInfo(
             model_name=target.name,
             vocab_size=target.vocab_size,
@@ -59,6 +62,7 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServicer):
             eos_token_ids=tokenizer.eos_token_ids,
             context_length=context,
             max_draft_tokens=self.max_draft_tokens,
+            max_draft_depth=self.max_draft_depth,
         )
         self.target = target
 

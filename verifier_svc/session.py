@@ -1,8 +1,8 @@
 """One generation session on the verifier: its tokens, KV cache, sampling settings and RNG.
 
 Each round is ONE target pass over the tokens not yet cached (the last committed token, or the
-whole prompt on the first round) plus the drafts; the exact rule (acceptance.py) then decides,
-and the cache is rolled back to the committed prefix.
+whole prompt on the first round) plus the round's token tree; the exact rule (acceptance.py)
+then walks the tree, and the cache keeps only the committed prefix and the accepted path.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from specdec.sampling_params import SamplingParams
 from verifier_svc.acceptance import RoundVerdict, verify_greedy, verify_speculative
 from verifier_svc.sampling import standardize
 from verifier_svc.target_model import TargetModel
+from verifier_svc.token_tree import ROOT, TokenTree, build_tree
 
 # How far a declared q may be from summing to 1 (float32 on the wire).
 Q_SUM_TOLERANCE = 1e-3
@@ -25,16 +26,25 @@ Q_SUM_TOLERANCE = 1e-3
 
 @dataclass(frozen=True)
 class RoundInput:
-    """A drafted chain: token i was sampled from q_i = (q_token_ids[i], q_probs[i])."""
+    """A drafted token tree: node i holds tokens[i], hangs under parents[i] (ROOT = -1, or an
+    earlier node) and was sampled from q_i = (q_token_ids[i], q_probs[i])."""
 
-    draft_tokens: list[int]
+    tokens: list[int]
+    parents: list[int]
     q_token_ids: list[list[int]]
     q_probs: list[list[float]]
+
+    @staticmethod
+    def point_masses(tokens: list[int], parents: list[int] | None = None) -> RoundInput:
+        """A deterministic drafter's round; without parents, a chain."""
+        tree = list(range(ROOT, len(tokens) - 1)) if parents is None else parents
+        return RoundInput(tokens, tree, [[t] for t in tokens], [[1.0] for _ in tokens])
 
 
 @dataclass(frozen=True)
 class Limits:
-    max_draft_tokens: int
+    max_draft_tokens: int  # nodes per round
+    max_draft_depth: int  # nodes on one root-to-leaf path
     context_length: int
 
 
@@ -62,31 +72,52 @@ class Session:
         self.closed = False
 
     def verify(self, round_: RoundInput) -> RoundVerdict:
-        """Run one round: one target pass, the acceptance rule, the cache rolled back."""
+        """Run one round: one target pass over the tree, the acceptance walk, the cache cut
+        down to the committed prefix plus the accepted path."""
         if self.closed:
             raise FailedPrecondition("round", "the session has ended")
-        k = len(round_.draft_tokens)
-        if k > self.limits.max_draft_tokens:
-            raise InvalidArgument("round.draft_tokens", f"{k} drafted tokens exceed this verifier's limit of {self.limits.max_draft_tokens}")
-        if len(self.tokens) + k + 1 > self.limits.context_length:
+        tree = _checked_tree(round_, self.limits, self.target.vocab_size)
+        if len(self.tokens) + tree.depth() + 1 > self.limits.context_length:
             raise InvalidArgument(
-                "round.draft_tokens",
-                f"{len(self.tokens)} tokens + {k} drafts + 1 exceed the context length of {self.limits.context_length}",
+                "round.nodes",
+                f"{len(self.tokens)} tokens + a tree of depth {tree.depth()} + 1 exceed the context length of {self.limits.context_length}",
             )
-        _check_ids(round_.draft_tokens, self.target.vocab_size, "round.draft_tokens.token_id")
         q_ids, q_probs = _q_tensors(round_, self.target.vocab_size)
 
-        pending = self.tokens[len(self.cache):]
-        logits = self.target.score(self.cache, pending + round_.draft_tokens, num_logits=k + 1)  # [k+1, vocab]
-        drafts = torch.tensor(round_.draft_tokens, dtype=torch.long)
+        start = len(self.cache)
+        pending = self.tokens[start:]
+        logits = self.target.score(self.cache, pending, tree)  # [n+1, vocab]
         if self.sampling.greedy:
-            verdict = verify_greedy(logits, drafts)
+            verdict = verify_greedy(logits, tree)
         else:
-            verdict = verify_speculative(standardize(logits, self.sampling), drafts, q_ids, q_probs, self.generator)
+            verdict = verify_speculative(standardize(logits, self.sampling), tree, q_ids, q_probs, self.generator)
 
-        self.tokens += round_.draft_tokens[: verdict.num_accepted] + [verdict.next_token]
-        self.cache.truncate(len(self.tokens) - 1)
+        self.tokens += [round_.tokens[i] for i in verdict.accepted_nodes] + [verdict.next_token]
+        self.cache.keep(start + len(pending), verdict.accepted_nodes)
         return verdict
+
+
+def _checked_tree(round_: RoundInput, limits: Limits, vocab_size: int) -> TokenTree:
+    """The round's tree, or InvalidArgument naming the first problem."""
+    n = len(round_.tokens)
+    if n > limits.max_draft_tokens:
+        raise InvalidArgument("round.nodes", f"{n} nodes exceed this verifier's limit of {limits.max_draft_tokens}")
+    if len(round_.parents) != n:
+        raise InvalidArgument("round.nodes.parent", "every node needs its parent")
+    depths: list[int] = []
+    for i, parent in enumerate(round_.parents):
+        field = f"round.nodes[{i}].parent"
+        if parent == i:
+            raise InvalidArgument(field, f"node {i} is its own parent (a cycle)")
+        if not ROOT <= parent < n:
+            raise InvalidArgument(field, f"{parent} is out of range: a parent is -1 (the root) or a node index in [0, {n})")
+        if parent > i:
+            raise InvalidArgument(field, f"parent {parent} comes after node {i}: parents must come before their children (no cycles)")
+        depths.append(1 if parent == ROOT else depths[parent] + 1)
+        if depths[i] > limits.max_draft_depth:
+            raise InvalidArgument("round.nodes", f"node {i} is at depth {depths[i]}, beyond this verifier's limit of {limits.max_draft_depth}")
+    _check_ids(round_.tokens, vocab_size, "round.nodes.token_id")
+    return build_tree(round_.tokens, round_.parents)
 
 
 def _check_ids(ids: list[int], vocab_size: int, field: str) -> None:
@@ -97,14 +128,14 @@ def _check_ids(ids: list[int], vocab_size: int, field: str) -> None:
 
 def _q_tensors(round_: RoundInput, vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Validate each declared q and pad them to [k, S] tensors (padding: id 0, probability 0)."""
-    k = len(round_.draft_tokens)
+    k = len(round_.tokens)
     if len(round_.q_token_ids) != k or len(round_.q_probs) != k:
-        raise InvalidArgument("round.draft_tokens.q", "every drafted token needs its q")
+        raise InvalidArgument("round.nodes.q", "every node needs its q")
     width = max((len(ids) for ids in round_.q_token_ids), default=1)
     q_ids = torch.zeros((k, width), dtype=torch.long)
     q_probs = torch.zeros((k, width), dtype=torch.float32)
-    for i, (token, ids, probs) in enumerate(zip(round_.draft_tokens, round_.q_token_ids, round_.q_probs)):
-        field = f"round.draft_tokens[{i}].q"
+    for i, (token, ids, probs) in enumerate(zip(round_.tokens, round_.q_token_ids, round_.q_probs)):
+        field = f"round.nodes[{i}].q"
         if not ids or len(ids) != len(probs):
             raise InvalidArgument(field, "token_ids and probs must be non-empty and of equal length")
         _check_ids(ids, vocab_size, f"{field}.token_ids")

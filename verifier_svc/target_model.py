@@ -1,4 +1,5 @@
-"""The target model's forward pass over a round's new tokens, on top of a session's cache."""
+"""The target model's forward pass over a round's new tokens and token tree, on top of a
+session's cache: one pass, with the tree attention mask (SpecInfer; Stratos, section 2.1)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import torch
 from transformers import PreTrainedModel
 
 from verifier_svc.kv_cache import KVCache
+from verifier_svc.token_tree import TokenTree, tree_attention_mask, tree_position_ids
 
 # On CPU, BLAS runs matrix products with 2 or 3 rows 2-3x slower than with 4 (measured with
 # torch 2.13's MKL on a 2-core AMD EPYC: the model's linear layers take 10 ms for 1 row, 23 ms
@@ -16,12 +18,13 @@ CPU_MIN_PASS_TOKENS = 4
 
 
 class TargetModel:
-    """Scores continuations with one forward pass per round; holds no per-session state."""
+    """Scores token trees with one forward pass per round; holds no per-session state."""
 
     def __init__(self, model: PreTrainedModel, name: str) -> None:
         self.model = model
         self.name = name
         self.device = next(model.parameters()).device
+        self.dtype = next(model.parameters()).dtype
         self.vocab_size: int = model.config.vocab_size
         self.context_length: int = model.config.max_position_embeddings
         self.min_pass_tokens = CPU_MIN_PASS_TOKENS if self.device.type == "cpu" else 1
@@ -30,27 +33,40 @@ class TargetModel:
         return KVCache(self.model.config)
 
     @torch.inference_mode()
-    def score(self, cache: KVCache, token_ids: Sequence[int], num_logits: int) -> torch.Tensor:
-        """Append token_ids to the cache in ONE forward pass; return the logits of the last
-        num_logits positions, [num_logits, vocab] float32 on the CPU.
+    def score(self, cache: KVCache, pending: Sequence[int], tree: TokenTree) -> torch.Tensor:
+        """Append the pending tokens (committed, not yet cached; at least one, the last being the
+        tree's root) and the tree's n nodes to the cache in ONE forward pass with the tree mask.
+        Return [n+1, vocab] float32 logits on the CPU: row 0 after the root, row i+1 after node i.
 
-        Only those positions go through the output head (a prefill needs just its last rows).
-        A short pass may be padded (see CPU_MIN_PASS_TOKENS) by repeating its last token after
-        the real ones: the causal mask hides the padding from them, and its cache entries are
-        dropped before returning, so the cache grows by exactly len(token_ids).
+        Only those rows go through the output head. A short pass may be padded (see
+        CPU_MIN_PASS_TOKENS) with tokens no real token attends to. The cache grows by exactly
+        len(pending) + n entries: the pending tokens, then the nodes in node order (see
+        KVCache.keep for keeping one path).
         """
-        start, real = len(cache), len(token_ids)
+        start, n = len(cache), len(tree)
+        real = len(pending) + n
+        mask = tree_attention_mask(tree, start, len(pending))  # [real, start + real]
+        positions = tree_position_ids(tree, start, len(pending))  # [real]
+        ids = [*pending, *tree.tokens.tolist()]
         fits = start + self.min_pass_tokens <= self.context_length
         padding = self.min_pass_tokens - real if 1 < real < self.min_pass_tokens and fits else 0
-        ids = [*token_ids, *[token_ids[-1]] * padding]
-        input_ids = torch.tensor([ids], dtype=torch.long, device=self.device)
-        position_ids = torch.arange(start, start + len(ids), device=self.device).unsqueeze(0)
+        if padding:  # padding sees the cache and itself; no real token sees it
+            ids += [ids[-1]] * padding
+            positions = torch.cat([positions, positions[-1:].expand(padding)])
+            mask = torch.cat([mask, torch.zeros(real, padding, dtype=torch.bool)], dim=1)
+            pad_rows = torch.zeros(padding, start + real + padding, dtype=torch.bool)
+            pad_rows[:, :start] = True
+            pad_rows[:, start + real :] = torch.eye(padding, dtype=torch.bool)
+            mask = torch.cat([mask, pad_rows], dim=0)
+        # An additive float mask: what both the eager and the SDPA attention accept.
+        additive = torch.zeros(mask.shape, dtype=self.dtype).masked_fill_(~mask, torch.finfo(self.dtype).min)
         out = self.model(
-            input_ids=input_ids,
-            position_ids=position_ids,
+            input_ids=torch.tensor([ids], dtype=torch.long, device=self.device),
+            position_ids=positions.unsqueeze(0).to(self.device),
+            attention_mask=additive[None, None].to(self.device),
             past_key_values=cache.cache,
             use_cache=True,
-            logits_to_keep=num_logits + padding,
+            logits_to_keep=n + 1 + padding,
         )
         cache.truncate(start + real)
-        return out.logits[0, :num_logits].float().cpu()  # the kept rows end with the padding
+        return out.logits[0, : n + 1].float().cpu()  # the kept rows end with the padding

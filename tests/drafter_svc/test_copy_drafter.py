@@ -1,4 +1,5 @@
-"""CopyDrafter (prompt lookup decoding), the Draft type and the drafter registry."""
+"""CopyDrafter (prompt lookup decoding) as a chain and as a trie, the Draft type and the drafter
+registry."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from collections.abc import Sequence
 import pytest
 
 from drafter_svc.copy_drafter import CopyDrafter
-from drafter_svc.drafter import DRAFTER_NAMES, Draft, Feedback, make_drafter
+from drafter_svc.drafter import DRAFTER_NAMES, ROOT, Draft, Feedback, make_drafter
 from drafter_svc.ngram_drafter import NgramDrafter
 
 
@@ -123,8 +124,169 @@ def test_observe_does_not_change_proposals() -> None:
     drafter = CopyDrafter(min_ngram=1)
     context = [1, 2, 3, 1, 2]
     before = drafter.propose(context, 3)
-    drafter.observe(Feedback(3, 1, [1.0, 0.0, 0.0], [3, 9]))
+    drafter.observe(
+        Feedback(num_drafted=3, accepted_nodes=[0], acceptance_probs=[1.0, 0.0, 0.0], emitted_token_ids=[3, 9])
+    )
     assert drafter.propose(context, 3) == before
+
+
+# Trees: max_nodes > budget.
+
+
+def reference_continuation(context: Sequence[int], end: int, budget: int) -> list[int]:
+    """The `budget` tokens that follow position `end` of context + copy, the copy reading itself."""
+    sequence = list(context)
+    for i in range(budget):
+        sequence.append(sequence[end + i])
+    return sequence[len(context) :]
+
+
+def reference_copy_tree(
+    context: Sequence[int], budget: int, max_nodes: int, max_ngram: int, min_ngram: int, max_occurrences: int
+) -> tuple[list[int], list[int]]:
+    """Slow reference: scan the whole context for the earlier occurrences of each suffix, longest
+    suffix first and most recent first (max_occurrences per length), and merge what follows each
+    into a trie of at most max_nodes nodes, in that order. Returns (token_ids, parents)."""
+    length = len(context)
+    continuations: list[list[int]] = []
+    examined: set[int] = set()
+    for n in range(min(max_ngram, length), min_ngram - 1, -1):
+        suffix = list(context[length - n :])
+        ends = [end for end in range(length - 1, n - 1, -1) if list(context[end - n : end]) == suffix]
+        for end in ends[:max_occurrences]:
+            if end not in examined:
+                examined.add(end)
+                continuations.append(reference_continuation(context, end, budget))
+    tokens: list[int] = []
+    parents: list[int] = []
+    for continuation in continuations:
+        node = ROOT
+        for token in continuation:
+            children = [i for i in range(len(tokens)) if parents[i] == node and tokens[i] == token]
+            if children:
+                node = children[0]
+            elif len(tokens) < max_nodes:
+                tokens.append(token)
+                parents.append(node)
+                node = len(tokens) - 1
+            else:
+                break
+    return tokens, parents
+
+
+def root_to_leaf_paths(draft: Draft) -> list[list[int]]:
+    """The token paths from the root to each leaf, in leaf order."""
+    leaves = set(range(len(draft))) - set(draft.parents)
+    paths = []
+    for leaf in sorted(leaves):
+        path, node = [], leaf
+        while node != ROOT:
+            path.append(draft.token_ids[node])
+            node = draft.parents[node]
+        paths.append(path[::-1])
+    return paths
+
+
+def assert_is_a_trie(draft: Draft, budget: int, max_nodes: int, chain: list[int]) -> None:
+    """The shape every tree drafter promises: within budget and max_nodes, parents first, siblings
+    distinct, point masses, and the chain as the first nodes."""
+    assert len(draft) <= max_nodes and draft.depth() <= budget
+    assert all(parent < node for node, parent in enumerate(draft.parents))
+    edges = list(zip(draft.parents, draft.token_ids))
+    assert len(set(edges)) == len(edges)
+    assert draft.q_token_ids == [[t] for t in draft.token_ids] and draft.q_probs == [[1.0]] * len(draft)
+    assert draft.token_ids[: len(chain)] == chain and draft.parents[: len(chain)] == list(range(ROOT, len(chain) - 1))
+
+
+@pytest.mark.parametrize(
+    ("context", "budget", "max_nodes", "token_ids", "parents"),
+    [
+        # [1, 2] was followed by 4, 2, 5 (most recent), then by 3, 1, 2; [2] also by 5, 1, 2.
+        ([1, 2, 3, 1, 2, 4, 2, 5, 1, 2], 3, 8, [4, 2, 5, 3, 1, 2, 5, 1], [ROOT, 0, 1, ROOT, 3, 4, ROOT, 6]),
+        ([1, 2, 3, 1, 2, 4, 2, 5, 1, 2], 3, 5, [4, 2, 5, 3, 1], [ROOT, 0, 1, ROOT, 3]),  # cut at max_nodes
+        ([1, 2, 3, 1, 2, 4, 2, 5, 1, 2], 2, 8, [4, 2, 3, 1, 5, 1], [ROOT, 0, ROOT, 2, ROOT, 4]),  # and at depth
+        # Two occurrences of [1, 2] share their first token 3: one node for it.
+        ([1, 2, 3, 4, 9, 1, 2, 3, 5, 1, 2], 3, 9, [3, 5, 1, 4, 9], [ROOT, 0, 1, 0, 3]),
+        # The second branch, after [2] -> 8, 1, 2, runs past the end and copies its own output: 8.
+        ([1, 2, 9, 9, 2, 8, 1, 2], 4, 9, [9, 9, 2, 8, 8, 1, 2, 8], [ROOT, 0, 1, 2, ROOT, 4, 5, 6]),
+        ([1, 2, 3, 4], 3, 9, [], []),  # nothing repeats
+        ([1, 2, 1], 0, 9, [], []),  # no depth
+        ([1, 2, 1], 2, 0, [], []),  # no nodes
+    ],
+)
+def test_merges_the_continuations_of_several_occurrences_into_a_trie(
+    context: list[int], budget: int, max_nodes: int, token_ids: list[int], parents: list[int]
+) -> None:
+    draft = CopyDrafter(min_ngram=1).propose(context, budget, max_nodes)
+    assert draft == Draft.point_masses(token_ids, parents)
+
+
+def test_max_nodes_up_to_the_budget_gives_the_chain() -> None:
+    rng = random.Random(5)
+    for _ in range(100):
+        context = [rng.randrange(4) for _ in range(rng.randint(0, 30))]
+        budget = rng.randint(0, 6)
+        chain = reference_copy(context, budget, 8, 1)
+        assert CopyDrafter(min_ngram=1).propose(context, budget, budget) == Draft.point_masses(chain)
+        max_nodes = rng.randint(0, budget)
+        assert CopyDrafter(min_ngram=1).propose(context, budget, max_nodes) == Draft.point_masses(chain[:max_nodes])
+
+
+def test_trees_are_tries_of_earlier_continuations_within_budget_and_max_nodes() -> None:
+    rng = random.Random(2024)
+    for _ in range(200):
+        max_ngram = rng.randint(1, 5)
+        min_ngram = rng.randint(1, min(2, max_ngram))
+        vocab = rng.randint(2, 5)
+        context = [rng.randrange(vocab) for _ in range(rng.randint(5, 60))]
+        budget = rng.randint(1, 6)
+        max_nodes = rng.randint(budget, 4 * budget + 4)
+        drafter = CopyDrafter(max_ngram, min_ngram, max_occurrences=rng.randint(1, 4))
+        draft = drafter.propose(context, budget, max_nodes)
+        chain = reference_copy(context, budget, max_ngram, min_ngram)[:max_nodes]
+        assert_is_a_trie(draft, budget, max_nodes, chain)
+        # Every path starts what followed some earlier occurrence of some suffix; only a full tree
+        # has paths cut short of the budget.
+        length = len(context)
+        continuations = [
+            reference_continuation(context, end, budget)
+            for n in range(min_ngram, min(max_ngram, length) + 1)
+            for end in range(n, length)
+            if context[end - n : end] == context[length - n :]
+        ]
+        for path in root_to_leaf_paths(draft):
+            assert any(path == continuation[: len(path)] for continuation in continuations)
+            assert len(path) == budget or len(draft) == max_nodes
+
+
+def test_incremental_trees_match_a_from_scratch_reference() -> None:
+    rng = random.Random(31)
+    for _ in range(30):
+        max_ngram = rng.randint(1, 5)
+        min_ngram = rng.randint(1, min(2, max_ngram))
+        max_occurrences = rng.randint(1, 5)
+        vocab = rng.randint(2, 6)
+        drafter = CopyDrafter(max_ngram, min_ngram, max_occurrences)
+        context: list[int] = []
+        while len(context) < 100:
+            budget, max_nodes = rng.randint(0, 6), rng.randint(0, 20)
+            expected = reference_copy_tree(context, budget, max_nodes, max_ngram, min_ngram, max_occurrences)
+            assert drafter.propose(context, budget, max_nodes) == Draft.point_masses(*expected)
+            context = context + [rng.randrange(vocab) for _ in range(rng.randint(1, 5))]
+
+
+def test_examines_only_the_most_recent_occurrences() -> None:
+    # [1, 2] occurred three times before the suffix, followed by 7, then 8, then 9.
+    context = [1, 2, 7, 1, 2, 8, 1, 2, 9, 1, 2]
+    assert CopyDrafter(max_ngram=2, min_ngram=2, max_occurrences=2).propose(context, 1, 9).token_ids == [9, 8]
+    assert CopyDrafter(max_ngram=2, min_ngram=2, max_occurrences=3).propose(context, 1, 9).token_ids == [9, 8, 7]
+
+
+def test_rejects_a_negative_max_nodes_or_no_occurrences() -> None:
+    with pytest.raises(ValueError):
+        CopyDrafter(min_ngram=1).propose([1, 2, 1], 2, -1)
+    with pytest.raises(ValueError):
+        CopyDrafter(max_occurrences=0)
 
 
 # The Draft type and the registry.
@@ -144,7 +306,21 @@ def test_draft_rejects_inconsistent_distributions(
     token_ids: list[int], q_token_ids: list[list[int]], q_probs: list[list[float]]
 ) -> None:
     with pytest.raises(ValueError):
-        Draft(token_ids, q_token_ids, q_probs)
+        Draft(token_ids, [ROOT] * len(token_ids), q_token_ids, q_probs)
+
+
+@pytest.mark.parametrize("parents", [[], [0], [-2], [ROOT, 1], [ROOT, ROOT, 3]])
+def test_draft_rejects_parents_that_do_not_precede_their_children(parents: list[int]) -> None:
+    tokens = [5] * max(1, len(parents))
+    with pytest.raises(ValueError):
+        Draft(tokens, parents, [[t] for t in tokens], [[1.0] for _ in tokens])
+
+
+def test_point_masses_of_a_tree() -> None:
+    draft = Draft.point_masses([5, 7, 8, 9], [ROOT, 0, ROOT, 2])
+    assert draft.parents == [ROOT, 0, ROOT, 2] and draft.depth() == 2
+    assert Draft.point_masses([5, 7, 8]).parents == [ROOT, 0, 1] and Draft.point_masses([5, 7, 8]).depth() == 3
+    assert Draft.point_masses([]).depth() == 0
 
 
 def test_make_drafter_builds_each_named_drafter() -> None:

@@ -26,7 +26,9 @@ DRAFTER_CASES = [
     ("max_new_tokens < 0", dict(prompt="hi", max_new_tokens=-3), Code.INVALID_ARGUMENT, "max_new_tokens"),
     ("max_new_tokens over cap", dict(prompt="hi", max_new_tokens=513), Code.INVALID_ARGUMENT, "max_new_tokens"),
     ("unknown drafter", dict(prompt="hi", drafter="medusa"), Code.INVALID_ARGUMENT, "speculation.drafter"),
-    ("draft length over limit", dict(prompt="hi", num_draft_tokens=17), Code.INVALID_ARGUMENT, "speculation.num_draft_tokens"),
+    ("draft length over limit", dict(prompt="hi", num_draft_tokens=9), Code.INVALID_ARGUMENT, "speculation.num_draft_tokens"),
+    ("tree nodes over limit", dict(prompt="hi", num_draft_tokens=4, max_tree_nodes=17), Code.INVALID_ARGUMENT, "speculation.max_tree_nodes"),
+    ("tree nodes under length", dict(prompt="hi", num_draft_tokens=4, max_tree_nodes=3), Code.INVALID_ARGUMENT, "speculation.max_tree_nodes"),
     ("token id >= vocab", dict(token_ids=[1, 2, 49152]), Code.INVALID_ARGUMENT, "token_ids.ids"),
     ("negative token id", dict(token_ids=[1, -2]), Code.INVALID_ARGUMENT, "token_ids.ids"),
     ("empty stop string", dict(prompt="hi", stop=[""]), Code.INVALID_ARGUMENT, "stop"),
@@ -41,20 +43,35 @@ def _open(prompt: list[int] = [1, 2, 3]) -> verifier_pb2.VerifyRequest:  # noqa:
     return verifier_pb2.VerifyRequest(open=verifier_pb2.OpenSession(prompt_token_ids=prompt, sampling=common_pb2.SamplingParams(temperature=0.7)))
 
 
-def _round(*drafts: tuple[int, common_pb2.SparseDistribution]) -> verifier_pb2.VerifyRequest:
-    return verifier_pb2.VerifyRequest(round=verifier_pb2.Round(draft_tokens=[verifier_pb2.DraftToken(token_id=t, q=q) for t, q in drafts]))
+def _round(*drafts: tuple[int, common_pb2.SparseDistribution], parents: list[int] | None = None) -> verifier_pb2.VerifyRequest:
+    """A round of (token, q) nodes: a chain, unless parents are given."""
+    tree = list(range(-1, len(drafts) - 1)) if parents is None else parents
+    nodes = [verifier_pb2.DraftNode(parent=p, token_id=t, q=q) for (t, q), p in zip(drafts, tree)]
+    return verifier_pb2.VerifyRequest(round=verifier_pb2.Round(nodes=nodes))
+
+
+def _points(*tokens: int, parents: list[int] | None = None) -> verifier_pb2.VerifyRequest:
+    return _round(*[(t, _q([t], [1.0])) for t in tokens], parents=parents)
 
 
 CLOSE = verifier_pb2.VerifyRequest(close=verifier_pb2.CloseSession())
 VERIFIER_CASES = [
-    ("q sums to 0.5", [_open(), _round((5, _q([5, 6], [0.25, 0.25])))], Code.INVALID_ARGUMENT, "round.draft_tokens[0].q.probs"),
-    ("q negative", [_open(), _round((5, _q([5, 6], [1.5, -0.5])))], Code.INVALID_ARGUMENT, "round.draft_tokens[0].q.probs"),
-    ("q lacks its token", [_open(), _round((5, _q([6], [1.0])))], Code.INVALID_ARGUMENT, "round.draft_tokens[0].q"),
-    ("q empty", [_open(), _round((5, _q([], [])))], Code.INVALID_ARGUMENT, "round.draft_tokens[0].q"),
-    ("q duplicate ids", [_open(), _round((5, _q([5, 5], [0.5, 0.5])))], Code.INVALID_ARGUMENT, "round.draft_tokens[0].q.token_ids"),
-    ("q id outside vocab", [_open(), _round((5, _q([5, 60000], [0.5, 0.5])))], Code.INVALID_ARGUMENT, "round.draft_tokens[0].q.token_ids"),
-    ("draft id outside vocab", [_open(), _round((60000, _q([60000], [1.0])))], Code.INVALID_ARGUMENT, "round.draft_tokens.token_id"),
-    ("too many drafts", [_open(), _round(*[(5, _q([5], [1.0]))] * 17)], Code.INVALID_ARGUMENT, "round.draft_tokens"),
+    ("q sums to 0.5", [_open(), _round((5, _q([5, 6], [0.25, 0.25])))], Code.INVALID_ARGUMENT, "round.nodes[0].q.probs"),
+    ("q negative", [_open(), _round((5, _q([5, 6], [1.5, -0.5])))], Code.INVALID_ARGUMENT, "round.nodes[0].q.probs"),
+    ("q lacks its token", [_open(), _round((5, _q([6], [1.0])))], Code.INVALID_ARGUMENT, "round.nodes[0].q"),
+    ("q empty", [_open(), _round((5, _q([], [])))], Code.INVALID_ARGUMENT, "round.nodes[0].q"),
+    ("q duplicate ids", [_open(), _round((5, _q([5, 5], [0.5, 0.5])))], Code.INVALID_ARGUMENT, "round.nodes[0].q.token_ids"),
+    ("q id outside vocab", [_open(), _round((5, _q([5, 60000], [0.5, 0.5])))], Code.INVALID_ARGUMENT, "round.nodes[0].q.token_ids"),
+    ("q of a second sibling", [_open(), _round((5, _q([5], [1.0])), (6, _q([6], [0.5])), parents=[-1, -1])],
+     Code.INVALID_ARGUMENT, "round.nodes[1].q.probs"),
+    ("draft id outside vocab", [_open(), _points(60000)], Code.INVALID_ARGUMENT, "round.nodes.token_id"),
+    ("too many nodes", [_open(), _points(*[5] * 17, parents=[-1] * 17)], Code.INVALID_ARGUMENT, "round.nodes"),
+    ("tree too deep", [_open(), _points(*[5] * 9)], Code.INVALID_ARGUMENT, "round.nodes"),
+    ("parent out of range", [_open(), _points(5, 6, parents=[-1, 7])], Code.INVALID_ARGUMENT, "round.nodes[1].parent"),
+    ("parent below -1", [_open(), _points(5, 6, parents=[-1, -3])], Code.INVALID_ARGUMENT, "round.nodes[1].parent"),
+    ("parent after its child", [_open(), _points(5, 6, parents=[1, -1])], Code.INVALID_ARGUMENT, "round.nodes[0].parent"),
+    ("node its own parent (a cycle)", [_open(), _points(5, 6, parents=[-1, 1])], Code.INVALID_ARGUMENT, "round.nodes[1].parent"),
+    ("parents unset (all 0)", [_open(), _points(5, 6, parents=[0, 0])], Code.INVALID_ARGUMENT, "round.nodes[0].parent"),
     ("prompt id outside vocab", [_open([1, 49152])], Code.INVALID_ARGUMENT, "open.prompt_token_ids"),
     ("empty prompt", [_open([])], Code.INVALID_ARGUMENT, "open.prompt_token_ids"),
     ("round before open", [_round()], Code.FAILED_PRECONDITION, "round"),

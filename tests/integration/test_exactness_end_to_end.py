@@ -2,9 +2,12 @@
 the first generated token over 2,000 seeded requests follows the target's own next-token
 distribution computed directly with transformers.
 
-The prompt makes the copy drafter draft the first token (" tea", after the 2-token match " We like"),
-and the target gives that draft a moderate probability, so both the accepted and the rejected
-(recovered-token) paths of Algorithm 1 are exercised on most seeds.
+Two cases. A chain: the prompt makes the copy drafter draft the first token (" tea", after the
+2-token match " We like"), and the target gives that draft a moderate probability, so both the
+accepted and the rejected (recovered-token) paths of Algorithm 1 are exercised on most seeds. A
+tree: the prompt has two earlier occurrences of " She has a" (" red", " blue"), so the first
+round's tree has two sibling point masses under the root, tried in random order, each accepted
+with its probability under what the other's rejection left of p (Stratos, section 2.1).
 
 The bound: Pearson's chi-square goodness-of-fit statistic over the tokens with expected count
 >= 5 (the rest pooled into one cell) is asymptotically chi2(cells - 1) under exactness; the test
@@ -26,7 +29,11 @@ from scipy import stats as scipy_stats
 from drafter_svc.copy_drafter import CopyDrafter
 from specdec.client import AsyncClient
 
-PROMPT = "Yes. We like tea. You like tea. We like"
+CASES = {
+    # name: (prompt, max_tree_nodes, number of root children the copy drafter drafts)
+    "chain": ("Yes. We like tea. You like tea. We like", 1, 1),
+    "tree": ("She has a red hat. She has a blue hat. She has a", 4, 2),
+}
 TEMPERATURE, TOP_K = 0.8, 50
 SAMPLES = 2000
 CONCURRENCY = 4
@@ -55,7 +62,7 @@ def chi_square_p_value(counts: Counter, probs: np.ndarray, n: int) -> float:
     return float(scipy_stats.chisquare(obs, exp).pvalue)
 
 
-async def first_tokens(address: str, prompt_ids: list[int]) -> tuple[Counter, int, int]:
+async def first_tokens(address: str, prompt_ids: list[int], max_tree_nodes: int) -> tuple[Counter, int, int]:
     counts: Counter = Counter()
     drafted = accepted = 0
     seeds = iter(range(SAMPLES))
@@ -65,7 +72,7 @@ async def first_tokens(address: str, prompt_ids: list[int]) -> tuple[Counter, in
             for seed in seeds:
                 result = await client.generate(
                     token_ids=prompt_ids, max_new_tokens=2, temperature=TEMPERATURE, top_k=TOP_K,
-                    seed=seed, drafter="copy", num_draft_tokens=1,
+                    seed=seed, drafter="copy", num_draft_tokens=1, max_tree_nodes=max_tree_nodes,
                 )
                 counts[result.token_ids[0]] += 1
                 drafted += result.stats.drafted_tokens
@@ -75,22 +82,24 @@ async def first_tokens(address: str, prompt_ids: list[int]) -> tuple[Counter, in
 
 
 @pytest.mark.slow
-def test_first_token_follows_the_target_distribution(cluster, reference_model, tokenizer) -> None:  # type: ignore[no-untyped-def]
-    prompt_ids = tokenizer.encode(PROMPT)
-    draft = CopyDrafter().propose(prompt_ids, 1).token_ids
+@pytest.mark.parametrize("case", list(CASES))
+def test_first_token_follows_the_target_distribution(cluster, reference_model, tokenizer, case: str) -> None:  # type: ignore[no-untyped-def]
+    prompt, max_tree_nodes, width = CASES[case]
+    prompt_ids = tokenizer.encode(prompt)
+    draft = CopyDrafter().propose(prompt_ids, 1, max_tree_nodes).token_ids
     with torch.inference_mode():
         logits = reference_model(torch.tensor([prompt_ids])).logits[0, -1]
     p = target_distribution(logits, TEMPERATURE, TOP_K)
-    assert len(draft) == 1 and 0.2 < p[draft[0]] < 0.8, "the prompt must make both paths likely"
+    assert len(draft) == width and 0.15 < p[draft].sum() < 0.8, "the prompt must make both paths likely"
 
-    counts, drafted, accepted = asyncio.run(first_tokens(cluster.address, prompt_ids))
+    counts, drafted, accepted = asyncio.run(first_tokens(cluster.address, prompt_ids, max_tree_nodes))
     assert sum(counts.values()) == SAMPLES
-    assert drafted >= SAMPLES  # every request drafted its first token
-    assert 0.2 * SAMPLES < accepted < 0.8 * SAMPLES
+    assert drafted >= width * SAMPLES  # every request drafted its first token(s)
+    assert 0.1 * SAMPLES < accepted < 0.8 * SAMPLES
 
     assert chi_square_p_value(counts, p, SAMPLES) > ALPHA, counts.most_common(10)
     # Power: plausible bugs are rejected by the same counts.
     always_accept = np.zeros_like(p)
-    always_accept[draft[0]] = 1.0
+    always_accept[draft] = 1.0 / width
     for wrong in (target_distribution(logits, 1.0, TOP_K), target_distribution(logits, TEMPERATURE, 0), always_accept):
         assert chi_square_p_value(counts, wrong, SAMPLES) < ALPHA

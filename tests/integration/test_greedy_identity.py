@@ -1,5 +1,6 @@
 """Greedy identity: at temperature 0 our output equals transformers' own greedy generate,
-token for token, for both drafters and draft lengths 1, 4 and 8 (and no speculation)."""
+token for token, for both drafters, draft lengths 1, 4 and 8 (and no speculation), as chains and
+as token trees."""
 
 from __future__ import annotations
 
@@ -34,14 +35,21 @@ def reference_outputs(reference_model, tokenizer) -> dict[int, list[int]]:  # ty
     return outputs
 
 
-@pytest.mark.parametrize("drafter,k", [("copy", 0), ("copy", 1), ("copy", 4), ("copy", 8), ("ngram", 1), ("ngram", 4), ("ngram", 8)])
-def test_greedy_output_equals_transformers_generate(cluster, tokenizer, reference_outputs, drafter: str, k: int) -> None:  # type: ignore[no-untyped-def]
+CONFIGS = [
+    # (drafter, draft length, tree nodes: = length is a chain)
+    ("copy", 0, 0), ("copy", 1, 1), ("copy", 4, 4), ("copy", 8, 8), ("ngram", 1, 1), ("ngram", 4, 4), ("ngram", 8, 8),
+    ("copy", 1, 4), ("copy", 4, 16), ("ngram", 4, 12), ("ngram", 8, 16),
+]
+
+
+@pytest.mark.parametrize("drafter,k,nodes", CONFIGS)
+def test_greedy_output_equals_transformers_generate(cluster, tokenizer, reference_outputs, drafter: str, k: int, nodes: int) -> None:  # type: ignore[no-untyped-def]
     drafted = 0
     with Client(cluster.address) as client:
         for i, (kind, prompt) in enumerate(CASES):
             result = client.generate(
                 token_ids=_prompt_ids(tokenizer, kind, prompt), max_new_tokens=MAX_NEW_TOKENS,
-                temperature=0.0, drafter=drafter, num_draft_tokens=k,
+                temperature=0.0, drafter=drafter, num_draft_tokens=k, max_tree_nodes=nodes,
             )
             assert result.token_ids == reference_outputs[i], f"prompt {i} ({prompt[:40]!r})"
             expected = "eos" if len(reference_outputs[i]) < MAX_NEW_TOKENS else "length"

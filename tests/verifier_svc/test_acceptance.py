@@ -7,11 +7,13 @@ table of exact cases; the fast verify_speculative is compared with a slow, liter
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import pytest
 import torch
 
 from verifier_svc.acceptance import MIN_RESIDUAL_MASS, RoundVerdict, verify_greedy, verify_speculative
+from verifier_svc.token_tree import ROOT, TokenTree, build_tree, chain
 
 FAILURE_PROB = 1e-6  # per statistical assertion
 MOVED_MASS = 0.02  # the smallest error the distribution tests must catch: L1 distance 0.04
@@ -40,11 +42,11 @@ def empirical(samples: torch.Tensor, num_cells: int) -> torch.Tensor:
     return torch.bincount(samples, minlength=num_cells).double() / samples.numel()
 
 
-def with_moved_mass(p: torch.Tensor) -> torch.Tensor:
-    """p with MOVED_MASS taken from its most likely cell and given to its least likely one."""
+def with_moved_mass(p: torch.Tensor, amount: float = MOVED_MASS) -> torch.Tensor:
+    """p with `amount` of mass taken from its most likely cell and given to its least likely one."""
     wrong = p.double().clone()
-    wrong[p.argmax()] -= MOVED_MASS
-    wrong[p.argmin()] += MOVED_MASS
+    wrong[p.argmax()] -= amount
+    wrong[p.argmin()] += amount
     return wrong
 
 
@@ -112,8 +114,8 @@ def run_one_token_drafts(
     ids, probs = q_ids.unsqueeze(0), q_probs.unsqueeze(0)  # [1, S]
     generator = torch.Generator().manual_seed(seed + 2)
     first, accepted = [], []
-    for x, draft in zip(drafts.tolist(), drafts.unsqueeze(1).unbind(0)):
-        verdict = verify_speculative(target, draft, ids, probs, generator)
+    for x in drafts.tolist():
+        verdict = verify_speculative(target, chain([x]), ids, probs, generator)
         first.append(x if verdict.num_accepted else verdict.next_token)
         accepted.append(verdict.num_accepted == 1)
     return torch.tensor(first), torch.tensor(accepted)
@@ -150,7 +152,7 @@ def test_empty_draft_samples_p() -> None:
     target = torch.stack([p0])  # [1, V]
     generator = torch.Generator().manual_seed(0)
     no_ids, no_probs = torch.zeros((0, 1), dtype=torch.long), torch.zeros((0, 1))
-    verdicts = [verify_speculative(target, torch.zeros(0, dtype=torch.long), no_ids, no_probs, generator)
+    verdicts = [verify_speculative(target, chain([]), no_ids, no_probs, generator)
                 for _ in range(num_samples)]
     assert all(v.is_bonus and v.num_accepted == 0 and v.acceptance_probs.shape == (0,) for v in verdicts)
     assert_distributed_as(torch.tensor([v.next_token for v in verdicts]), p0, {"p of another row": p1})
@@ -187,8 +189,8 @@ def test_first_two_emitted_tokens_are_jointly_distributed_as_p() -> None:
 
     generator = torch.Generator().manual_seed(7)
     first, second = [], []
-    for (a, b), draft in zip(drafts.tolist(), drafts.unbind(0)):
-        verdict = verify_speculative(target_rows[a][b], draft, q_ids, q_probs[a], generator)
+    for a, b in drafts.tolist():
+        verdict = verify_speculative(target_rows[a][b], chain([a, b]), q_ids, q_probs[a], generator)
         emitted = [a, b][: verdict.num_accepted] + [verdict.next_token]
         first.append(emitted[0])
         second.append(emitted[1] if len(emitted) > 1 else -1)
@@ -225,7 +227,7 @@ GREEDY_TABLE = [
 
 @pytest.mark.parametrize(("argmax", "drafts", "num_accepted", "next_token", "probs"), GREEDY_TABLE)
 def test_verify_greedy_table(argmax: list[int], drafts: list[int], num_accepted: int, next_token: int, probs: list[float]) -> None:
-    verdict = verify_greedy(logits_with_argmax(argmax), torch.tensor(drafts, dtype=torch.long))
+    verdict = verify_greedy(logits_with_argmax(argmax), chain(drafts))
     assert (verdict.num_accepted, verdict.next_token, verdict.is_bonus) == (num_accepted, next_token, num_accepted == len(drafts))
     assert verdict.acceptance_probs.dtype == torch.float32
     assert verdict.acceptance_probs.tolist() == probs
@@ -233,15 +235,15 @@ def test_verify_greedy_table(argmax: list[int], drafts: list[int], num_accepted:
 
 def test_verify_greedy_ties_go_to_the_lowest_id() -> None:
     logits = torch.tensor([[0.0, 2.0, 0.0, 2.0], [1.0, 1.0, 0.0, 0.0]])
-    assert verdict_key(verify_greedy(logits, torch.tensor([3]))) == (0, 1, False, (0.0,))
-    assert verdict_key(verify_greedy(logits, torch.tensor([1]))) == (1, 0, True, (1.0,))
+    assert verdict_key(verify_greedy(logits, chain([3]))) == (0, 1, False, (0.0,))
+    assert verdict_key(verify_greedy(logits, chain([1]))) == (1, 0, True, (1.0,))
 
 
 def test_acceptance_probs_cover_every_drafted_token() -> None:
     """min(1, p_i(x_i) / q_i(x_i)) at every position, also after the first rejection; q_i(x_i)
     sums repeated support entries; p_i(x_i) = 0 gives 0."""
     target = torch.tensor([[0.1, 0.6, 0.3, 0.0], [0.25, 0.25, 0.25, 0.25], [0.0, 0.5, 0.5, 0.0], [0.4, 0.3, 0.2, 0.1]])
-    drafts = torch.tensor([0, 2, 3])
+    drafts = chain([0, 2, 3])
     q_ids = torch.tensor([[0, 1, 0], [2, 2, 1], [3, 0, 0]])
     q_probs = torch.tensor([[0.5, 0.5, 0.0], [0.25, 0.25, 0.5], [1.0, 0.0, 0.0]])
     for seed in range(20):
@@ -252,7 +254,7 @@ def test_acceptance_probs_cover_every_drafted_token() -> None:
 
 def test_bonus_and_recovered_tokens_come_from_their_rows() -> None:
     one_hot = torch.eye(4)  # [4, 4]: point-mass targets make the right answer deterministic
-    drafts, q_ids, q_probs = torch.tensor([1, 2]), torch.tensor([[1], [2]]), torch.ones(2, 1)
+    drafts, q_ids, q_probs = chain([1, 2]), torch.tensor([[1], [2]]), torch.ones(2, 1)
     for seed in range(20):
         generator = torch.Generator().manual_seed(seed)
         # p_0 and p_1 put all mass on the drafts: both accepted, the bonus comes from p_2.
@@ -269,7 +271,7 @@ def test_residual_without_mass_falls_back_to_p() -> None:
     target = torch.tensor([[0.0, 0.0, 1.0, 0.0], [0.25, 0.25, 0.25, 0.25]])
     outcomes = set()
     for seed in range(200):
-        verdict = verify_speculative(target, torch.tensor([2]), torch.tensor([[2]]), torch.tensor([[1.25]]),
+        verdict = verify_speculative(target, chain([2]), torch.tensor([[2]]), torch.tensor([[1.25]]),
                                      torch.Generator().manual_seed(seed))
         outcomes.add(verdict.num_accepted)
         if verdict.num_accepted == 0:
@@ -278,14 +280,14 @@ def test_residual_without_mass_falls_back_to_p() -> None:
 
 
 def test_inputs_and_global_rng_are_untouched() -> None:
-    inputs = random_round(torch.Generator().manual_seed(3), k=3)
-    copies = [t.clone() for t in inputs]
+    target, tree, q_ids, q_probs = random_round(torch.Generator().manual_seed(3), n=5)
+    copies = [t.clone() for t in (target, tree.tokens, q_ids, q_probs)]
     torch.manual_seed(123)
     global_state = torch.random.get_rng_state()
     for seed in range(50):
-        verify_speculative(*inputs, torch.Generator().manual_seed(seed))
+        verify_speculative(target, tree, q_ids, q_probs, torch.Generator().manual_seed(seed))
     assert torch.equal(torch.random.get_rng_state(), global_state)
-    assert all(torch.equal(a, b) for a, b in zip(inputs, copies))
+    assert all(torch.equal(a, b) for a, b in zip((target, tree.tokens, q_ids, q_probs), copies))
 
 
 def test_same_seed_same_verdicts_different_seeds_differ() -> None:
@@ -304,62 +306,75 @@ def test_same_seed_same_verdicts_different_seeds_differ() -> None:
 
 
 def reference_verify_speculative(
-    target_probs: torch.Tensor,
-    draft_tokens: torch.Tensor,
-    draft_q_ids: torch.Tensor,
-    draft_q_probs: torch.Tensor,
+    target_probs: torch.Tensor, tree: TokenTree, draft_q_ids: torch.Tensor, draft_q_probs: torch.Tensor,
     generator: torch.Generator,
 ) -> RoundVerdict:
-    """Algorithm 1 of Leviathan et al., literally: a python loop over positions with dense q.
+    """Stratos' Algorithm (section 2.1), literally: python lists of children, dense q, dense
+    residuals; on a chain it is Algorithm 1 of Leviathan et al.
 
-    It consumes `generator` in the fast path's order: the k acceptance uniforms in one
-    torch.rand(k), then one torch.multinomial (whose draws depend only on the vocabulary size).
-    So for the same seed the two must agree EXACTLY, which is stronger than comparing output
+    It consumes `generator` in the fast path's documented order (a randperm per visited node
+    with several children, one torch.rand(()) per child tried, one torch.multinomial at the end),
+    so for the same seed the two must agree EXACTLY, which is stronger than comparing output
     distributions: that would let a bias below the statistical bound through. Float rounding
     could flip a decision only for a uniform within ~1e-7 of an acceptance probability; the
     seeds are fixed, so the comparison is deterministic.
     """
-    k, vocab = len(draft_tokens), target_probs.shape[1]
-    q = torch.zeros(k, vocab)  # [k, V]
-    for i in range(k):
+    n, vocab = len(tree), target_probs.shape[1]
+    tokens, parents = tree.tokens.tolist(), tree.parents.tolist()
+    q = torch.zeros(n, vocab)  # [n, V]
+    for i in range(n):
         for token, prob in zip(draft_q_ids[i].tolist(), draft_q_probs[i].tolist()):
             q[i, token] += prob
-    acceptance = []
-    for i in range(k):
-        p_x, q_x = float(target_probs[i, draft_tokens[i]]), float(q[i, draft_tokens[i]])
-        acceptance.append(0.0 if p_x == 0 else min(1.0, p_x / q_x) if q_x > 0 else 1.0)
-    uniforms = torch.rand(k, generator=generator).tolist()
-    for i in range(k):
-        if not uniforms[i] < acceptance[i]:
-            residual = torch.clamp(target_probs[i] - q[i], min=0.0)
-            dist = residual / residual.sum() if residual.sum() > MIN_RESIDUAL_MASS else target_probs[i]
-            token = int(torch.multinomial(dist, 1, generator=generator))
-            return RoundVerdict(i, token, False, torch.tensor(acceptance))
-    token = int(torch.multinomial(target_probs[k], 1, generator=generator))
-    return RoundVerdict(k, token, True, torch.tensor(acceptance, dtype=torch.float32))
+
+    def ratio(p: torch.Tensor, i: int) -> float:
+        p_x, q_x = float(p[tokens[i]]), float(q[i, tokens[i]])
+        return 0.0 if p_x == 0 else min(1.0, p_x / q_x) if q_x > 0 else 1.0
+
+    acceptance = [ratio(target_probs[parents[i] + 1], i) for i in range(n)]
+    path, node = [], ROOT
+    while True:
+        children = [i for i in range(n) if parents[i] == node]
+        p = target_probs[node + 1]
+        if not children:
+            return RoundVerdict(path, int(torch.multinomial(p, 1, generator=generator)), True, torch.tensor(acceptance))
+        if len(children) > 1:
+            children = [children[j] for j in torch.randperm(len(children), generator=generator).tolist()]
+        for child in children:
+            if float(torch.rand((), generator=generator)) < ratio(p, child):
+                path.append(child)
+                node = child
+                break
+            residual = torch.clamp(p - q[child], min=0.0)
+            p = residual / residual.sum() if residual.sum() > MIN_RESIDUAL_MASS else p
+        else:
+            return RoundVerdict(path, int(torch.multinomial(p, 1, generator=generator)), False, torch.tensor(acceptance))
 
 
-def random_round(gen: torch.Generator, k: int | None = None) -> tuple[torch.Tensor, ...]:
-    """A random round: target with zeros (as top-k/top-p leave them), sparse padded q that
-    are sometimes point masses and sometimes equal to p, drafts sampled from q."""
+def random_round(gen: torch.Generator, n: int | None = None) -> tuple[torch.Tensor, TokenTree, torch.Tensor, torch.Tensor]:
+    """A random round: a random tree (chains, bushes, repeated sibling tokens), a target with
+    zeros (as top-k/top-p leave them), sparse padded q that are sometimes point masses and
+    sometimes equal to p, each node's token sampled from its q."""
     vocab = int(torch.randint(2, 12, (1,), generator=gen))
-    k = int(torch.randint(0, 6, (1,), generator=gen)) if k is None else k
-    logits = 2 * torch.randn(k + 1, vocab, generator=gen)
-    logits[torch.rand(k + 1, vocab, generator=gen) < 0.3] = float("-inf")
-    logits[torch.arange(k + 1), torch.randint(0, vocab, (k + 1,), generator=gen)] = 0.0  # every row has mass
+    n = int(torch.randint(0, 9, (1,), generator=gen)) if n is None else n
+    chain_like = bool(torch.rand((), generator=gen) < 0.3)
+    parents = [i - 1 if chain_like else int(torch.randint(ROOT, i, (1,), generator=gen)) for i in range(n)]
+    logits = 2 * torch.randn(n + 1, vocab, generator=gen)
+    logits[torch.rand(n + 1, vocab, generator=gen) < 0.3] = float("-inf")
+    logits[torch.arange(n + 1), torch.randint(0, vocab, (n + 1,), generator=gen)] = 0.0  # every row has mass
     unnormalized = logits.exp()  # a row-wise softmax; 2-D Tensor.softmax can stall for ms on a busy machine
-    target = unnormalized / unnormalized.sum(1, keepdim=True)  # [k+1, V]
+    target = unnormalized / unnormalized.sum(1, keepdim=True)  # [n+1, V]
     width = int(torch.randint(1, vocab + 3, (1,), generator=gen))
-    q_ids = torch.randint(0, vocab, (k, width), generator=gen)  # padding ids repeat real ones
-    q_probs = torch.zeros(k, width)
-    for i in range(k):
+    q_ids = torch.randint(0, vocab, (n, width), generator=gen)  # padding ids repeat real ones
+    q_probs = torch.zeros(n, width)
+    for i in range(n):
+        parent_row = target[parents[i] + 1]
         kind = int(torch.randint(0, 3, (1,), generator=gen))
         if kind == 0:  # point mass
             support = torch.randint(0, vocab, (1,), generator=gen)
             weights = torch.ones(1)
-        elif kind == 1 and (target[i] > 0).sum() <= width:  # q = p on p's support
-            support = target[i].nonzero().squeeze(1)
-            weights = target[i, support]
+        elif kind == 1 and (parent_row > 0).sum() <= width:  # q = p on p's support
+            support = parent_row.nonzero().squeeze(1)
+            weights = parent_row[support]
         else:  # random sparse q
             size = int(torch.randint(1, min(width, vocab) + 1, (1,), generator=gen))
             support = torch.randperm(vocab, generator=gen)[:size]
@@ -367,20 +382,162 @@ def random_round(gen: torch.Generator, k: int | None = None) -> tuple[torch.Tens
             weights /= weights.sum()
         slots = torch.randperm(width, generator=gen)[: support.numel()]  # real entries anywhere among padding
         q_ids[i, slots], q_probs[i, slots] = support, weights
-    q_dense = torch.zeros(k, vocab).scatter_add_(1, q_ids, q_probs)
-    drafts = torch.multinomial(q_dense, 1, generator=gen).squeeze(1) if k else torch.zeros(0, dtype=torch.long)
-    return target, drafts, q_ids, q_probs
+    q_dense = torch.zeros(n, vocab).scatter_add_(1, q_ids, q_probs)
+    tokens = torch.multinomial(q_dense, 1, generator=gen).squeeze(1).tolist() if n else []
+    return target, build_tree(tokens, parents), q_ids, q_probs
 
 
 def test_fast_path_matches_reference() -> None:
-    rejections = 0
+    rejections = branching = 0
     for i in range(1000):
         inputs = random_round(torch.Generator().manual_seed(10_000 + i))
         fast_gen, slow_gen = torch.Generator().manual_seed(i), torch.Generator().manual_seed(i)
         fast = verify_speculative(*inputs, fast_gen)
         slow = reference_verify_speculative(*inputs, slow_gen)
-        assert (fast.num_accepted, fast.next_token, fast.is_bonus) == (slow.num_accepted, slow.next_token, slow.is_bonus), i
+        assert (fast.accepted_nodes, fast.next_token, fast.is_bonus) == (slow.accepted_nodes, slow.next_token, slow.is_bonus), i
         torch.testing.assert_close(fast.acceptance_probs, slow.acceptance_probs.float(), rtol=1e-6, atol=0)
         assert torch.equal(fast_gen.get_state(), slow_gen.get_state()), "the two consumed randomness differently"
         rejections += not fast.is_bonus
+        branching += any(len(inputs[1].children_of(node)) > 1 for node in [ROOT, *fast.accepted_nodes])
     assert rejections > 100  # the recovered-token path was exercised, not just bonuses
+    assert branching > 100  # and so were nodes with several children
+
+
+# ---------------------------------------------------------------- token trees
+
+
+TREE_GREEDY_TABLE = [
+    # (tokens, parents, argmax of rows [root, node 0, node 1, ...], accepted path, next token)
+    ([4, 1, 3, 2], [ROOT, ROOT, 1, 1], [1, 0, 2, 5, 5], [1, 3], 5),  # second branch, then a leaf: bonus
+    ([4, 1, 3, 2], [ROOT, ROOT, 1, 1], [1, 0, 0, 5, 5], [1], 0),  # second branch, no child matches
+    ([4, 1, 3, 2], [ROOT, ROOT, 1, 1], [5, 0, 2, 5, 5], [], 5),  # no child of the root matches
+    ([1, 1, 2, 3], [ROOT, ROOT, 0, 1], [1, 5, 5, 0, 0], [0], 5),  # repeated siblings: the first one is walked
+    ([7], [ROOT], [7, 2], [0], 2),
+]
+
+
+@pytest.mark.parametrize(("tokens", "parents", "argmax", "path", "next_token"), TREE_GREEDY_TABLE)
+def test_verify_greedy_walks_the_tree(tokens: list[int], parents: list[int], argmax: list[int], path: list[int], next_token: int) -> None:
+    tree = build_tree(tokens, parents)
+    verdict = verify_greedy(logits_with_argmax(argmax, vocab=8), tree)
+    assert (verdict.accepted_nodes, verdict.next_token) == (path, next_token)
+    leaf = path[-1] if path else ROOT
+    assert verdict.is_bonus == (not tree.children_of(leaf))
+    expected = [float(t == argmax[p + 1]) for t, p in zip(tokens, parents)]
+    assert verdict.acceptance_probs.tolist() == expected
+
+
+TREE_VOCAB = 3
+# Three emitted tokens (so the bonus rows count too), 27 cells, 100,000 samples: eps = 0.0255 by
+# l1_bound, so the test catches any output distribution at L1 distance >= 0.051 from p, e.g.
+# 0.026 of mass moved between two outcomes.
+NUM_TREE_SAMPLES = 100_000
+TREE_MOVED_MASS = 0.026
+
+
+@dataclass(frozen=True)
+class TreeWorld:
+    """A 3-step target p1(x1) p2(x2 | x1) p3(x3 | x1, x2) over TREE_VOCAB tokens, and the drafts'
+    distributions: q1[j] for the j-th child of the root, q2[x1] for every child of a depth-1 node."""
+
+    p1: torch.Tensor  # [V]
+    p2: torch.Tensor  # [V, V]
+    p3: torch.Tensor  # [V, V, V]
+    q1: torch.Tensor  # [width, V]
+    q2: torch.Tensor  # [V, V]
+
+    @staticmethod
+    def make(seed: int, width: int, same_q: bool) -> TreeWorld:
+        gen = torch.Generator().manual_seed(seed)
+        v = TREE_VOCAB
+        p2 = torch.randn(v, v, generator=gen)
+        p2[1, 2] = float("-inf")  # a continuation impossible under p
+        q1 = torch.randn(1 if same_q else width, v, generator=gen).softmax(-1).expand(width, v)
+        return TreeWorld(
+            p1=torch.randn(v, generator=gen).softmax(-1), p2=p2.softmax(-1),
+            p3=torch.randn(v, v, v, generator=gen).softmax(-1), q1=q1, q2=torch.randn(v, v, generator=gen).softmax(-1),
+        )
+
+    def joint(self) -> torch.Tensor:
+        """[V^3]: p(x1, x2, x3), cell x1 * V^2 + x2 * V + x3."""
+        return (self.p1[:, None, None] * self.p2[:, :, None] * self.p3).flatten()
+
+
+def full_tree_parents(width: int) -> list[int]:
+    """Width children of the root (nodes 0..width-1), each with width children of its own."""
+    return [ROOT] * width + [j for j in range(width) for _ in range(width)]
+
+
+def sample_tree_outputs(world: TreeWorld, width: int, point_tokens: list[int] | None, num_samples: int, seed: int) -> torch.Tensor:
+    """Draft full trees of depth 2 (fresh stochastic draws each time, or the fixed point-mass
+    tokens), verify each with the real verify_speculative, and continue the emitted tokens to
+    three with plain sampling from p as the service's next rounds would. Returns [num_samples]
+    cells of the first three tokens."""
+    v, gen = TREE_VOCAB, torch.Generator().manual_seed(seed)
+    parents = full_tree_parents(width)
+    depth2_parent = torch.tensor(parents[width:])
+    if point_tokens is None:  # children: independent draws from the q they declare
+        x1 = torch.stack([torch.multinomial(world.q1[j], num_samples, replacement=True, generator=gen) for j in range(width)], 1)
+        uniforms = torch.rand(num_samples, width * width, 1, generator=gen)
+        cdf = world.q2.cumsum(-1)[x1[:, depth2_parent]]  # [n, width^2, V]
+        x2 = (uniforms > cdf).sum(-1).clamp_max(v - 1)  # inverse-CDF draws from q2(. | parent's token)
+        all_tokens = torch.cat([x1, x2], 1).tolist()
+        q_ids = torch.arange(v).expand(width + width * width, v)
+    else:
+        all_tokens = [point_tokens] * num_samples
+        q_ids = torch.tensor(point_tokens).unsqueeze(1)
+    generator = torch.Generator().manual_seed(seed + 1)
+    emitted_rows = []
+    for tokens in all_tokens:
+        tree = build_tree(tokens, parents)
+        first = tree.tokens[:width]
+        rows = torch.cat([world.p1[None], world.p2[first], world.p3[first[depth2_parent], tree.tokens[width:]]])  # [n+1, V]
+        if point_tokens is None:
+            q_probs = torch.cat([world.q1, world.q2[first[depth2_parent]]])
+        else:
+            q_probs = torch.ones(len(tokens), 1)
+        verdict = verify_speculative(rows, tree, q_ids, q_probs, generator)
+        emitted_rows.append(([tokens[i] for i in verdict.accepted_nodes] + [verdict.next_token] + [-1, -1])[:3])
+    emitted = torch.tensor(emitted_rows)  # [n, 3], -1 where not yet emitted
+    for position in (1, 2):
+        todo = emitted[:, position] < 0
+        rows = world.p2[emitted[todo, 0]] if position == 1 else world.p3[emitted[todo, 0], emitted[todo, 1]]
+        emitted[todo, position] = torch.multinomial(rows, 1, generator=gen).squeeze(1)
+    return emitted[:, 0] * v * v + emitted[:, 1] * v + emitted[:, 2]
+
+
+TREE_CASES = {
+    # name: (width, children are point masses with these tokens (None: stochastic), q1 the same for all siblings)
+    "width 2, stochastic, i.i.d. siblings": (2, None, True),
+    "width 3, stochastic, i.i.d. siblings": (3, None, True),
+    "width 3, stochastic, each sibling its own q": (3, None, False),
+    "width 2, point masses, repeated siblings": (2, [0, 2, 1, 1, 2, 0], True),
+    "width 3, point masses, repeated siblings": (3, [1, 1, 2, 0, 2, 0, 2, 2, 1, 0, 1, 2], True),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(TREE_CASES))
+def test_tree_outputs_are_distributed_as_p(name: str) -> None:
+    """Done-means 2: multi-draft speculative sampling over depth-2 trees emits tokens whose joint
+    distribution (three tokens, so the bonus row counts too) is p's, within l1_bound."""
+    width, point_tokens, same_q = TREE_CASES[name]
+    seed = 500 + 10 * list(TREE_CASES).index(name)
+    world = TreeWorld.make(seed, width, same_q)
+    cells = sample_tree_outputs(world, width, point_tokens, NUM_TREE_SAMPLES, seed)
+    joint = world.joint()
+    assert_distributed_as(cells, joint, {"p with 0.026 of mass moved": with_moved_mass(joint, TREE_MOVED_MASS)})
+
+
+@pytest.mark.slow
+def test_tree_statistic_catches_a_rule_without_residuals(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The test above has teeth: a plausible bug, trying each sibling against p itself instead of
+    what the earlier rejections left of it, fails it."""
+    import verifier_svc.acceptance as acceptance
+
+    width, point_tokens, same_q = TREE_CASES["width 2, point masses, repeated siblings"]
+    world = TreeWorld.make(0, width, same_q)
+    monkeypatch.setattr(acceptance, "_residual", lambda p, q_ids, q_probs: p)
+    cells = sample_tree_outputs(world, width, point_tokens, NUM_TREE_SAMPLES // 2, seed=1)
+    distance = (empirical(cells, TREE_VOCAB**3) - world.joint().double()).abs().sum().item()
+    assert distance > l1_bound(TREE_VOCAB**3, NUM_TREE_SAMPLES // 2)

@@ -1,7 +1,10 @@
-"""A verifier session against the real model, in-process: the KV cache after rounds with
-rejections gives the same next-token logits as a fresh pass over the committed tokens."""
+"""A verifier session against the real model, in-process: the tree pass scores every node as a
+plain chain over its path would, and the KV cache after rounds with rejections gives the same
+next-token logits as a fresh pass over the committed tokens."""
 
 from __future__ import annotations
+
+import random
 
 import pytest
 import torch
@@ -10,10 +13,12 @@ from specdec.errors import FailedPrecondition, InvalidArgument
 from specdec.sampling_params import SamplingParams
 from verifier_svc.session import Limits, RoundInput, Session
 from verifier_svc.target_model import TargetModel
+from verifier_svc.token_tree import ROOT, build_tree, chain
 
-
-def point_masses(tokens: list[int]) -> RoundInput:
-    return RoundInput(tokens, [[t] for t in tokens], [[1.0] for _ in tokens])
+# fp32 on CPU: the tree pass and a chain pass differ only in summation order (other shapes,
+# masked keys). Measured: at most 8e-5 in log-probabilities; 2e-4 leaves room across BLAS builds.
+LOGPROB_ATOL = 2e-4
+GREEDY = SamplingParams(temperature=0.0)
 
 
 @pytest.fixture(scope="module")
@@ -26,29 +31,86 @@ def fresh_logits(target: TargetModel, tokens: list[int]) -> torch.Tensor:
         return target.model(torch.tensor([tokens])).logits[0, -1].float()
 
 
+def chain_logits(target: TargetModel, prompt: list[int], drafts: list[int]) -> torch.Tensor:
+    """[len(drafts) + 1, vocab]: a fresh cache, the prompt, then the drafts as a plain chain."""
+    cache = target.new_cache()
+    target.score(cache, prompt[:-1], chain([]))
+    return target.score(cache, prompt[-1:], chain(drafts))
+
+
+def random_parents(rng: random.Random, n: int) -> list[int]:
+    return [rng.choice([ROOT, *range(i)]) for i in range(n)]
+
+
+def test_tree_pass_scores_each_node_like_a_chain_over_its_path(target: TargetModel, tokenizer) -> None:  # type: ignore[no-untyped-def]
+    """Done-means 1: for every node of random trees, the tree pass's target distribution equals
+    the chain pass's over that node's path (fp32 on CPU, within LOGPROB_ATOL)."""
+    rng = random.Random(3)
+    prompt = tokenizer.encode("The quick brown fox jumps over the lazy dog. The quick brown")
+    for n in (1, 2, 3, 7, 12):
+        parents = random_parents(rng, n)
+        tokens = [rng.randrange(target.vocab_size) for _ in range(n)]
+        tokens[-1] = tokens[0] if n > 1 and parents[-1] == parents[0] else tokens[-1]  # sometimes repeated siblings
+        tree = build_tree(tokens, parents)
+        cache = target.new_cache()
+        target.score(cache, prompt[:-3], chain([]))
+        tree_rows = target.score(cache, prompt[-3:], tree).log_softmax(-1)  # 3 pending tokens, then the tree
+        assert len(cache) == len(prompt) + n
+        root = chain_logits(target, prompt, [])[0].log_softmax(-1)
+        torch.testing.assert_close(tree_rows[0], root, atol=LOGPROB_ATOL, rtol=0)
+        for node in range(n):
+            path = tree.ancestors[node].nonzero().squeeze(1).tolist()
+            expected = chain_logits(target, prompt, [tokens[i] for i in path])[-1].log_softmax(-1)
+            torch.testing.assert_close(tree_rows[node + 1], expected, atol=LOGPROB_ATOL, rtol=0, msg=f"tree {parents}, node {node}")
+
+
+def test_cache_keeps_exactly_the_accepted_path(target: TargetModel, tokenizer) -> None:  # type: ignore[no-untyped-def]
+    """After a tree round, the cache is the committed prefix plus the accepted path, gathered into
+    place: the next pass scores like a fresh pass over the committed tokens."""
+    prompt = tokenizer.encode("Monday, Tuesday, Wednesday, Thursday,")
+    expected = [greedy_step for greedy_step in _greedy_tokens(target, prompt, 4)]
+    junk = tokenizer.encode(" banana")[0]
+    # The right continuation sits in the second branch, behind a wrong first branch: keep() must
+    # gather its cache entries from the middle of the pass.
+    tokens = [junk, junk, expected[0], expected[1], junk, expected[2]]
+    parents = [ROOT, 0, ROOT, 2, 3, 3]
+    session = Session(target, prompt, GREEDY, seed=0, limits=Limits(16, 8, 8192))
+    verdict = session.verify(RoundInput.point_masses(tokens, parents))
+    assert verdict.accepted_nodes == [2, 3, 5] and verdict.is_bonus and verdict.next_token == expected[3]
+    assert session.tokens == prompt + expected[:4]
+    assert len(session.cache) == len(session.tokens) - 1
+    pending = session.tokens[len(session.cache):]
+    cached = target.score(session.cache, pending, chain([]))[0]
+    torch.testing.assert_close(cached, fresh_logits(target, session.tokens), atol=2e-4, rtol=1e-4)
+
+
+def _greedy_tokens(target: TargetModel, prompt: list[int], count: int) -> list[int]:
+    session = Session(target, prompt, GREEDY, seed=0, limits=Limits(16, 8, 8192))
+    return [session.verify(RoundInput.point_masses([])).next_token for _ in range(count)]
+
+
 def test_rolled_back_cache_matches_a_fresh_pass(target: TargetModel, tokenizer) -> None:  # type: ignore[no-untyped-def]
     prompt = tokenizer.encode("The capital of France is Paris. The capital of Italy is")
-    session = Session(target, prompt, SamplingParams(temperature=0.0), seed=0, limits=Limits(16, 8192))
+    session = Session(target, prompt, GREEDY, seed=0, limits=Limits(16, 16, 8192))
     junk = tokenizer.encode(" banana banana banana banana")  # drafts the target rejects
     rejected = 0
     for drafts in ([], junk, junk[:1], [], junk):
-        verdict = session.verify(point_masses(drafts))
+        verdict = session.verify(RoundInput.point_masses(drafts))
         rejected += len(drafts) - verdict.num_accepted
         assert len(session.cache) == len(session.tokens) - 1
     assert rejected > 0  # the rollback path really ran
     # The next round sees exactly what a fresh forward over the committed tokens sees.
     pending = session.tokens[len(session.cache):]
-    cached = target.score(session.cache, pending, num_logits=1)[0]
+    cached = target.score(session.cache, pending, chain([]))[0]
     torch.testing.assert_close(cached, fresh_logits(target, session.tokens), atol=2e-4, rtol=1e-4)
 
 
 def test_accepted_drafts_are_committed_with_the_next_token(target: TargetModel, tokenizer) -> None:  # type: ignore[no-untyped-def]
     prompt = tokenizer.encode("1, 2, 3, 4, 5, 6,")
-    greedy = Session(target, prompt, SamplingParams(temperature=0.0), seed=0, limits=Limits(16, 8192))
-    plain = [greedy.verify(point_masses([])).next_token for _ in range(4)]
-    session = Session(target, prompt, SamplingParams(temperature=0.0), seed=0, limits=Limits(16, 8192))
-    verdict = session.verify(point_masses(plain[:3]))
-    assert verdict.num_accepted == 3 and verdict.is_bonus and verdict.next_token == plain[3]
+    plain = _greedy_tokens(target, prompt, 4)
+    session = Session(target, prompt, GREEDY, seed=0, limits=Limits(16, 16, 8192))
+    verdict = session.verify(RoundInput.point_masses(plain[:3]))
+    assert verdict.accepted_nodes == [0, 1, 2] and verdict.is_bonus and verdict.next_token == plain[3]
     assert session.tokens == prompt + plain
 
 
@@ -56,28 +118,58 @@ def test_padded_short_pass_scores_like_an_unpadded_one(target: TargetModel, toke
     prompt = tokenizer.encode("Speculative decoding is")
     unpadded = TargetModel(target.model, "unpadded")
     unpadded.min_pass_tokens = 1
-    assert target.min_pass_tokens > 2  # on CPU a 2-token pass is padded
+    assert target.min_pass_tokens > 3  # on CPU a 2- or 3-token pass is padded
     results = []
     for model in (target, unpadded):
         cache = model.new_cache()
-        model.score(cache, prompt, num_logits=1)
-        cache.truncate(len(prompt) - 1)
-        logits = model.score(cache, [prompt[-1], 11], num_logits=2)  # a 2-token pass
+        model.score(cache, prompt[:-1], chain([]))
+        short_chain = model.score(cache, prompt[-1:], chain([11]))  # a 2-token pass
         assert len(cache) == len(prompt) + 1  # the padding left no cache entries behind
-        results.append((logits, model.score(cache, [42], num_logits=1)))
-    torch.testing.assert_close(results[0][0], results[1][0], atol=2e-4, rtol=1e-4)
-    torch.testing.assert_close(results[0][1], results[1][1], atol=2e-4, rtol=1e-4)
+        cache.truncate(len(prompt))
+        short_tree = model.score(cache, [11], build_tree([42, 7], [ROOT, ROOT]))  # a 3-token tree pass
+        assert len(cache) == len(prompt) + 3
+        results.append((short_chain, short_tree))
+    for padded, plain in zip(*results):
+        torch.testing.assert_close(padded, plain, atol=2e-4, rtol=1e-4)
 
 
 def test_session_limits(target: TargetModel) -> None:
-    limits = Limits(max_draft_tokens=2, context_length=8)
+    limits = Limits(max_draft_tokens=3, max_draft_depth=2, context_length=8)
     with pytest.raises(InvalidArgument, match="open.prompt_token_ids"):
         Session(target, [1] * 8, SamplingParams(), seed=0, limits=limits)
-    session = Session(target, [1] * 6, SamplingParams(), seed=0, limits=limits)
-    with pytest.raises(InvalidArgument, match="exceed this verifier's limit"):
-        session.verify(point_masses([5, 5, 5]))
+    session = Session(target, [1] * 5, SamplingParams(), seed=0, limits=limits)
+    with pytest.raises(InvalidArgument, match="4 nodes exceed this verifier's limit of 3"):
+        session.verify(RoundInput.point_masses([5, 5, 5, 5], [ROOT] * 4))
+    with pytest.raises(InvalidArgument, match="depth 3, beyond this verifier's limit of 2"):
+        session.verify(RoundInput.point_masses([5, 5, 5]))
+    session.verify(RoundInput.point_masses([5]))  # 5 committed tokens + 1 drafted + 1 = 7 <= 8
     with pytest.raises(InvalidArgument, match="context length"):
-        session.verify(point_masses([5, 5]))  # 6 + 2 + 1 > 8
+        session.verify(RoundInput.point_masses([5, 5, 5], [ROOT, 0, ROOT]))  # 7 + depth 2 + 1 > 8
     session.closed = True
     with pytest.raises(FailedPrecondition):
-        session.verify(point_masses([]))
+        session.verify(RoundInput.point_masses([]))
+
+
+MALFORMED = [
+    # (tokens, parents, field named, message part)
+    ([5, 6], [ROOT, 5], "round.nodes[1].parent", "out of range"),
+    ([5, 6], [ROOT, -2], "round.nodes[1].parent", "out of range"),
+    ([5, 6], [1, ROOT], "round.nodes[0].parent", "parents must come before their children"),
+    ([5, 6], [ROOT, 1], "round.nodes[1].parent", "its own parent"),
+    ([5, 6, 7], [2, 0, 1], "round.nodes[0].parent", "must come before"),  # a cycle 0 -> 2 -> 1 -> 0
+    ([5, 60000], [ROOT, 0], "round.nodes.token_id", "outside the vocabulary"),
+]
+
+
+@pytest.mark.parametrize(("tokens", "parents", "field", "message"), MALFORMED)
+def test_malformed_trees_are_refused_and_harm_nothing(  # type: ignore[no-untyped-def]
+    target: TargetModel, tokenizer, tokens: list[int], parents: list[int], field: str, message: str
+) -> None:
+    prompt = tokenizer.encode("One, two, three,")
+    session = Session(target, prompt, GREEDY, seed=0, limits=Limits(8, 4, 8192))
+    with pytest.raises(InvalidArgument, match=message) as error:
+        session.verify(RoundInput.point_masses(tokens, parents))
+    assert error.value.field == field
+    # Nothing was committed or cached: the session goes on as if the round had not been sent.
+    assert session.tokens == prompt and len(session.cache) == 0
+    assert session.verify(RoundInput.point_masses([])).next_token == _greedy_tokens(target, prompt, 1)[0]
