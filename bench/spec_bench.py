@@ -44,7 +44,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                    help="report rows: Spec-Bench tasks (mt_bench, translation, summarization, qa, math_reasoning, rag) "
                         "or single MT-bench categories (writing, coding, ...); default: the six tasks")
     p.add_argument("--configs", default=",".join(DEFAULT_CONFIGS), metavar="A,B",
-                   help="specdec configurations: baseline (k=0, always run) or DRAFTER-kN, e.g. copy-k8, ngram-k4")
+                   help="specdec configurations: baseline (k=0, always run), DRAFTER-kN (chains) or DRAFTER-kN-tM "
+                        "(trees of M nodes), e.g. copy-k8, ngram-k4, copy-k4-t12")
     p.add_argument("--peers", action="store_true",
                    help="also run transformers' generate(): plain (hf-generate) and with prompt lookup (hf-prompt-lookup)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 (default) is greedy and checks outputs")

@@ -1,7 +1,8 @@
-"""The systems under test: specdec configurations, each a drafter and a draft length k.
+"""The systems under test: specdec configurations, each a drafter, a draft length k and a tree size.
 
 A configuration is named `baseline` (k = 0: no speculation, one target pass per token through
-the same two services) or `DRAFTER-kN`, e.g. `copy-k8`. Every system is timed the same way:
+the same two services), `DRAFTER-kN` for chains of N drafts, e.g. `copy-k8`, or `DRAFTER-kN-tM`
+for token trees of depth N with M nodes, e.g. `copy-k4-t12`. Every system is timed the same way:
 wall-clock seconds of one generate call, seen by the caller.
 """
 
@@ -17,7 +18,7 @@ from specdec.client import Client
 
 BASELINE = "baseline"
 DEFAULT_CONFIGS: tuple[str, ...] = (BASELINE, "copy-k4", "copy-k8", "ngram-k4")
-_CONFIG_NAME = re.compile(r"(?P<drafter>[a-z_]+)-k(?P<k>\d+)")
+_CONFIG_NAME = re.compile(r"(?P<drafter>[a-z_]+)-k(?P<k>\d+)(-t(?P<nodes>\d+))?")
 
 
 @dataclass(frozen=True)
@@ -60,18 +61,20 @@ class SpecdecConfig:
     name: str
     drafter: str  # "" lets the server pick; irrelevant when k = 0
     num_draft_tokens: int
+    max_tree_nodes: int  # = num_draft_tokens: a chain
 
 
 def parse_config(name: str) -> SpecdecConfig:
-    """`baseline` or `DRAFTER-kN` (N >= 1); ValueError otherwise."""
+    """`baseline`, `DRAFTER-kN` (N >= 1) or `DRAFTER-kN-tM` (M > N); ValueError otherwise."""
     if name == BASELINE:
-        return SpecdecConfig(BASELINE, "", 0)
+        return SpecdecConfig(BASELINE, "", 0, 0)
     match = _CONFIG_NAME.fullmatch(name)
-    if not match or int(match["k"]) < 1:
-        raise ValueError(f"bad config {name!r}: expected {BASELINE!r} or DRAFTER-kN, e.g. copy-k8")
+    if not match or int(match["k"]) < 1 or (match["nodes"] and int(match["nodes"]) <= int(match["k"])):
+        raise ValueError(f"bad config {name!r}: expected {BASELINE!r}, DRAFTER-kN or DRAFTER-kN-tM (M > N), e.g. copy-k8, copy-k4-t12")
     if match["drafter"] not in DRAFTER_NAMES:
         raise ValueError(f"bad config {name!r}: drafters are {', '.join(DRAFTER_NAMES)}")
-    return SpecdecConfig(name, match["drafter"], int(match["k"]))
+    k = int(match["k"])
+    return SpecdecConfig(name, match["drafter"], k, int(match["nodes"] or k))
 
 
 def parse_configs(names: str) -> list[SpecdecConfig]:
@@ -100,6 +103,7 @@ class SpecdecSystem:
             seed=decoding.seed,
             drafter=self._config.drafter,
             num_draft_tokens=self._config.num_draft_tokens,
+            max_tree_nodes=self._config.max_tree_nodes,
         )
         wall = time.perf_counter() - started
         s = result.stats

@@ -1,9 +1,11 @@
-"""The drafter interface: propose a continuation, learn from the verifier's verdict.
+"""The drafter interface: propose a continuation (a chain or a token tree), learn from the
+verifier's verdict.
 
-Shaped like Hugging Face's `CandidateGenerator`: `propose(context, budget) -> Draft` and
-`observe(feedback)`. A draft carries the distribution q each token was drawn from, which the
-verifier needs for exact acceptance (Algorithm 1 of Leviathan et al., 2023); the zero-cost
-drafters here are deterministic and declare point masses. An empty draft means "decode normally".
+Shaped like Hugging Face's `CandidateGenerator`: `propose(context, budget, max_nodes) -> Draft`
+and `observe(feedback)`. A draft carries the distribution q each token was drawn from, which the
+verifier needs for exact acceptance (Algorithm 1 of Leviathan et al., 2023; over trees, Stratos'
+section 2.1); the zero-cost drafters here are deterministic and declare point masses. An empty
+draft means "decode normally".
 """
 
 from __future__ import annotations
@@ -71,7 +73,7 @@ class Feedback:
     """What the verifier did with the last draft.
 
     emitted_token_ids are the tokens appended to the context this round: the tokens of the
-    accepted path followed by the recovered (after a rejection) or bonus (after full acceptance) token.
+    accepted path followed by the recovered (after a rejection) or bonus (after a leaf) token.
     """
 
     num_drafted: int  # nodes in the draft

@@ -16,23 +16,12 @@ from tests.drafter_svc.test_copy_drafter import assert_is_a_trie
 def reference_ngram(context: Sequence[int], budget: int, max_context: int, min_context: int) -> list[int]:
     """Slow reference: for each drafted token, rescan the context for every occurrence of the
     longest seen suffix and take the most frequent next token, ties to the most recent."""
-    table = list(context)
     sequence = list(context)
     for _ in range(budget):
-        chosen = None
-        for k in range(min(max_context, len(sequence)), min_context - 1, -1):
-            suffix = sequence[len(sequence) - k :]
-            seen: dict[int, tuple[int, int]] = {}  # token -> (count, last position)
-            for position in range(k, len(table)):
-                if table[position - k : position] == suffix:
-                    count, _ = seen.get(table[position], (0, 0))
-                    seen[table[position]] = (count + 1, position)
-            if seen:
-                chosen = max(seen, key=lambda token: seen[token])
-                break
-        if chosen is None:
+        seen = reference_distribution(context, sequence, max_context, min_context)
+        if not seen:
             break
-        sequence.append(chosen)
+        sequence.append(seen[0][0])
     return sequence[len(context) :]
 
 

@@ -62,23 +62,28 @@ def chi_square_p_value(counts: Counter, probs: np.ndarray, n: int) -> float:
     return float(scipy_stats.chisquare(obs, exp).pvalue)
 
 
-async def first_tokens(address: str, prompt_ids: list[int], max_tree_nodes: int) -> tuple[Counter, int, int]:
+async def first_tokens(address: str, prompt_ids: list[int], max_tree_nodes: int) -> tuple[Counter, int]:
+    """First-token counts over SAMPLES seeds, and how often the first round accepted a draft.
+
+    Each request reads only the first streamed chunk (the first round: an accepted draft and the
+    next token, or a recovered token) and then cancels, sparing the second target pass."""
     counts: Counter = Counter()
-    drafted = accepted = 0
+    accepted = 0
     seeds = iter(range(SAMPLES))
     async with AsyncClient(address) as client:
         async def worker() -> None:
-            nonlocal drafted, accepted
+            nonlocal accepted
             for seed in seeds:
-                result = await client.generate(
+                stream = client.stream(
                     token_ids=prompt_ids, max_new_tokens=2, temperature=TEMPERATURE, top_k=TOP_K,
                     seed=seed, drafter="copy", num_draft_tokens=1, max_tree_nodes=max_tree_nodes,
                 )
-                counts[result.token_ids[0]] += 1
-                drafted += result.stats.drafted_tokens
-                accepted += result.stats.accepted_tokens
+                first_round = await anext(stream)
+                await stream.aclose()
+                counts[first_round.token_ids[0]] += 1
+                accepted += len(first_round.token_ids) == 2
         await asyncio.gather(*(worker() for _ in range(CONCURRENCY)))
-    return counts, drafted, accepted
+    return counts, accepted
 
 
 @pytest.mark.slow
@@ -92,10 +97,9 @@ def test_first_token_follows_the_target_distribution(cluster, reference_model, t
     p = target_distribution(logits, TEMPERATURE, TOP_K)
     assert len(draft) == width and 0.15 < p[draft].sum() < 0.8, "the prompt must make both paths likely"
 
-    counts, drafted, accepted = asyncio.run(first_tokens(cluster.address, prompt_ids, max_tree_nodes))
+    counts, accepted = asyncio.run(first_tokens(cluster.address, prompt_ids, max_tree_nodes))
     assert sum(counts.values()) == SAMPLES
-    assert drafted >= width * SAMPLES  # every request drafted its first token(s)
-    assert 0.1 * SAMPLES < accepted < 0.8 * SAMPLES
+    assert 0.1 * SAMPLES < accepted < 0.8 * SAMPLES  # both paths ran, many times
 
     assert chi_square_p_value(counts, p, SAMPLES) > ALPHA, counts.most_common(10)
     # Power: plausible bugs are rejected by the same counts.

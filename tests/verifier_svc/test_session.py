@@ -5,6 +5,7 @@ next-token logits as a fresh pass over the committed tokens."""
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 
 import pytest
 import torch
@@ -42,9 +43,19 @@ def random_parents(rng: random.Random, n: int) -> list[int]:
     return [rng.choice([ROOT, *range(i)]) for i in range(n)]
 
 
-def test_tree_pass_scores_each_node_like_a_chain_over_its_path(target: TargetModel, tokenizer) -> None:  # type: ignore[no-untyped-def]
-    """Done-means 1: for every node of random trees, the tree pass's target distribution equals
-    the chain pass's over that node's path (fp32 on CPU, within LOGPROB_ATOL)."""
+@pytest.fixture(params=["sdpa", "eager"])
+def attention(request, target: TargetModel) -> Iterator[str]:  # type: ignore[no-untyped-def]
+    """Runs a test under each attention implementation the tree mask must work with."""
+    default = target.model.config._attn_implementation
+    target.model.set_attn_implementation(request.param)
+    yield request.param
+    target.model.set_attn_implementation(default)
+
+
+def test_tree_pass_scores_each_node_like_a_chain_over_its_path(target: TargetModel, tokenizer, attention: str) -> None:  # type: ignore[no-untyped-def]
+    """For every node of random trees, the tree pass's target distribution equals the chain
+    pass's over that node's path (fp32 on CPU, within LOGPROB_ATOL), with SDPA and eager."""
+    assert target.model.config._attn_implementation == attention
     rng = random.Random(3)
     prompt = tokenizer.encode("The quick brown fox jumps over the lazy dog. The quick brown")
     for n in (1, 2, 3, 7, 12):

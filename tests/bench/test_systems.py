@@ -1,0 +1,29 @@
+"""bench.systems: configuration names map to drafter, draft length and tree size."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.systems import BASELINE, SpecdecConfig, parse_config, parse_configs
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        (BASELINE, SpecdecConfig(BASELINE, "", 0, 0)),
+        ("copy-k8", SpecdecConfig("copy-k8", "copy", 8, 8)),  # a chain
+        ("ngram-k4-t16", SpecdecConfig("ngram-k4-t16", "ngram", 4, 16)),  # a tree
+    ],
+)
+def test_parse_config(name: str, expected: SpecdecConfig) -> None:
+    assert parse_config(name) == expected
+
+
+@pytest.mark.parametrize("name", ["copy", "copy-k0", "copy-k4-t4", "copy-k4-t2", "medusa-k4", "copy-k4-x8"])
+def test_bad_config_names_are_refused(name: str) -> None:
+    with pytest.raises(ValueError, match="bad config"):
+        parse_config(name)
+
+
+def test_baseline_always_runs_first() -> None:
+    assert [c.name for c in parse_configs("copy-k4-t8, copy-k4")] == [BASELINE, "copy-k4-t8", "copy-k4"]

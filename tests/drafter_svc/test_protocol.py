@@ -1,0 +1,59 @@
+"""protocol: a request's tree shape, from its own fields or the server's defaults, within the
+verifier's limits."""
+
+from __future__ import annotations
+
+import pytest
+
+from drafter_svc.protocol import Defaults, VerifierLimits, request_from_proto
+from specdec.client import build_request
+from specdec.errors import InvalidArgument
+
+LIMITS = VerifierLimits(context_length=8192, max_draft_tokens=32, max_draft_depth=16)
+CHAIN_DEFAULTS = Defaults("copy", num_draft_tokens=8, max_tree_nodes=8, max_new_tokens_cap=512)
+TREE_DEFAULTS = Defaults("copy", num_draft_tokens=4, max_tree_nodes=12, max_new_tokens_cap=512)
+
+
+def shape(tokenizer, defaults: Defaults = TREE_DEFAULTS, limits: VerifierLimits = LIMITS, **speculation) -> tuple[int, int]:  # type: ignore[no-untyped-def]
+    request = request_from_proto(build_request(token_ids=[1, 2, 3], **speculation), tokenizer, limits, defaults)
+    return request.num_draft_tokens, request.max_tree_nodes
+
+
+@pytest.mark.parametrize(
+    ("speculation", "expected"),
+    [
+        ({}, (4, 12)),  # the server's default shape
+        ({"num_draft_tokens": 8}, (8, 24)),  # a longer draft keeps the default's share of branches
+        ({"num_draft_tokens": 16}, (16, 32)),  # ... within the verifier's node limit
+        ({"num_draft_tokens": 0}, (0, 0)),  # no speculation
+        ({"num_draft_tokens": 2, "max_tree_nodes": 2}, (2, 2)),  # an explicit chain
+        ({"max_tree_nodes": 20}, (4, 20)),
+    ],
+)
+def test_tree_shape_from_request_or_defaults(tokenizer, speculation: dict[str, int], expected: tuple[int, int]) -> None:  # type: ignore[no-untyped-def]
+    assert shape(tokenizer, **speculation) == expected
+
+
+def test_chain_defaults_give_chains(tokenizer) -> None:  # type: ignore[no-untyped-def]
+    assert shape(tokenizer, CHAIN_DEFAULTS) == (8, 8)
+    assert shape(tokenizer, CHAIN_DEFAULTS, num_draft_tokens=3) == (3, 3)
+
+
+def test_default_draft_length_is_cut_to_the_verifiers_depth(tokenizer) -> None:  # type: ignore[no-untyped-def]
+    shallow = VerifierLimits(context_length=8192, max_draft_tokens=6, max_draft_depth=2)
+    assert shape(tokenizer, limits=shallow) == (2, 6)
+
+
+@pytest.mark.parametrize(
+    ("speculation", "field"),
+    [
+        ({"num_draft_tokens": 17}, "speculation.num_draft_tokens"),
+        ({"num_draft_tokens": -1}, "speculation.num_draft_tokens"),
+        ({"num_draft_tokens": 4, "max_tree_nodes": 3}, "speculation.max_tree_nodes"),
+        ({"max_tree_nodes": 33}, "speculation.max_tree_nodes"),
+    ],
+)
+def test_shapes_beyond_the_limits_are_refused(tokenizer, speculation: dict[str, int], field: str) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(InvalidArgument) as error:
+        shape(tokenizer, **speculation)
+    assert error.value.field == field
