@@ -1,4 +1,4 @@
-"""`specdec serve drafter`: load the tokenizer, connect to the verifier, serve Drafter."""
+"""`specdec serve drafter`: load the tokenizer, follow the verifiers, serve Drafter."""
 
 from __future__ import annotations
 
@@ -6,11 +6,12 @@ import asyncio
 import logging
 from collections.abc import Sequence
 
+from drafter_svc.discovery import discovery_from_target
 from drafter_svc.protocol import Defaults
 from drafter_svc.servicer import DrafterServicer
 from drafter_svc.settings import DrafterSettings
-from drafter_svc.verifier_link import VerifierLink
-from specdec import grpc_server, settings
+from drafter_svc.verifier_pool import VerifierPool
+from specdec import grpc_server, settings, tls
 from specdec.model_files import tokenizer_dir
 from specdec.tokenizer import Tokenizer
 from specdec.v1 import drafter_pb2, drafter_pb2_grpc
@@ -19,23 +20,41 @@ ENV_PREFIX = "SPECDEC_DRAFTER_"
 log = logging.getLogger(__name__)
 
 
+def make_pool(config: DrafterSettings, tokenizer: Tokenizer) -> VerifierPool:
+    """The verifier pool the settings describe (addresses, TLS to verifiers, polling)."""
+    return VerifierPool(
+        discovery_from_target(config.verifier, config.verifier_refresh_seconds),
+        tokenizer,
+        credentials=tls.channel_credentials(
+            config.verifier_tls_ca_file, config.verifier_tls_cert_file, config.verifier_tls_key_file
+        ),
+        options=tls.channel_options(config.verifier_tls_server_name),
+        poll_seconds=config.load_poll_seconds,
+    )
+
+
 async def run(config: DrafterSettings) -> None:
     tokenizer = Tokenizer(tokenizer_dir(config.model))
-    link = VerifierLink(config.verifier, tokenizer)
+    pool = make_pool(config, tokenizer)
     defaults = Defaults(config.drafter, config.num_draft_tokens, config.max_tree_nodes, config.max_new_tokens_cap)
-    servicer = DrafterServicer(link, defaults)
+    servicer = DrafterServicer(pool, defaults)
 
     def add_services(server) -> list[str]:  # type: ignore[no-untyped-def]
         drafter_pb2_grpc.add_DrafterServicer_to_server(servicer, server)
         return [drafter_pb2.DESCRIPTOR.services_by_name["Drafter"].full_name]
 
-    async def warm_up() -> None:
-        await link.connect()
-        if link.mismatch:
-            raise RuntimeError(link.mismatch)
+    async def warm_up() -> None:  # SERVING once some verifier is ready and has our tokenizer
+        pool.start()
+        await pool.wait_ready()
 
     await grpc_server.serve(
-        host=config.host, port=config.port, add_services=add_services, warm_up=warm_up, grace_seconds=config.grace_seconds
+        host=config.host,
+        port=config.port,
+        add_services=add_services,
+        warm_up=warm_up,
+        grace_seconds=config.grace_seconds,
+        credentials=tls.server_credentials(config.tls_cert_file, config.tls_key_file, config.tls_client_ca_file),
+        health_port=config.health_port,
     )
 
 

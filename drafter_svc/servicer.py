@@ -1,4 +1,5 @@
-"""The Drafter gRPC servicer: validate and tokenize the request, run the round loop."""
+"""The Drafter gRPC servicer: place the session on a verifier, validate and tokenize the request,
+run the round loop against that verifier."""
 
 from __future__ import annotations
 
@@ -8,20 +9,21 @@ import grpc
 
 from drafter_svc.generation import generate
 from drafter_svc.protocol import Defaults, VerifierLimits, request_from_proto
-from drafter_svc.verifier_link import VerifierLink
+from drafter_svc.verifier_pool import VerifierPool
 from specdec.v1 import drafter_pb2, drafter_pb2_grpc
 
 
 class DrafterServicer(drafter_pb2_grpc.DrafterServicer):
-    def __init__(self, link: VerifierLink, defaults: Defaults) -> None:
-        self.link = link
+    def __init__(self, pool: VerifierPool, defaults: Defaults) -> None:
+        self.pool = pool
         self.defaults = defaults
 
     async def Generate(
         self, request: drafter_pb2.GenerateRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[drafter_pb2.GenerateResponse]:
-        model_info, verifier_info = self.link.require_ready()
-        limits = VerifierLimits(model_info.context_length, model_info.max_draft_tokens, model_info.max_draft_depth)
-        generation = request_from_proto(request, self.link.tokenizer, limits, self.defaults)
-        async for response in generate(generation, self.link.stub, self.link.tokenizer, verifier_info):
-            yield response
+        with self.pool.place() as verifier:  # the session stays on this verifier to the end
+            info = verifier.model_info
+            limits = VerifierLimits(info.context_length, info.max_draft_tokens, info.max_draft_depth)
+            generation = request_from_proto(request, self.pool.tokenizer, limits, self.defaults)
+            async for response in generate(generation, verifier.stub, self.pool.tokenizer, verifier.verifier_info):
+                yield response

@@ -9,7 +9,18 @@ from dataclasses import dataclass, field
 class DrafterSettings:
     host: str = field(default="127.0.0.1", metadata={"help": "address to bind"})
     port: int = field(default=50051, metadata={"help": "port to bind (0 picks a free one)"})
-    verifier: str = field(default="127.0.0.1:50052", metadata={"help": "verifier address HOST:PORT"})
+    verifier: str = field(
+        default="127.0.0.1:50052",
+        metadata={"help": "verifiers: HOST:PORT, a comma-separated list, dns:///NAME:PORT or k8s://NAMESPACE/SERVICE[:PORT]"},
+    )
+    verifier_refresh_seconds: float = field(default=5.0, metadata={"help": "how often dns:/// verifier names are resolved again"})
+    load_poll_seconds: float = field(default=1.0, metadata={"help": "how often each verifier's load is asked for (GetLoad)"})
+    verifier_tls_ca_file: str = field(default="", metadata={"help": "PEM CA to check verifiers with: TLS to verifiers (empty: plaintext)"})
+    verifier_tls_cert_file: str = field(default="", metadata={"help": "PEM client certificate shown to verifiers (mutual TLS)"})
+    verifier_tls_key_file: str = field(default="", metadata={"help": "PEM private key of verifier_tls_cert_file"})
+    verifier_tls_server_name: str = field(
+        default="", metadata={"help": "name the verifiers' certificates must carry (pods are dialled by IP; empty: the address)"}
+    )
     model: str = field(default="default", metadata={"help": "tokenizer source: 'default', a .gguf file or a model folder"})
     drafter: str = field(default="copy", metadata={"help": "drafter used when a request names none"})
     num_draft_tokens: int = field(default=8, metadata={"help": "draft length (tree depth) used when a request sets none"})
@@ -21,3 +32,7 @@ class DrafterSettings:
     )
     max_new_tokens_cap: int = field(default=4096, metadata={"help": "largest max_new_tokens a request may ask for"})
     grace_seconds: float = field(default=20.0, metadata={"help": "on SIGTERM, how long running streams may finish"})
+    health_port: int = field(default=0, metadata={"help": "also serve grpc.health.v1 in plaintext on this port, for probes (0: off)"})
+    tls_cert_file: str = field(default="", metadata={"help": "PEM server certificate: serve TLS (empty: plaintext)"})
+    tls_key_file: str = field(default="", metadata={"help": "PEM private key of tls_cert_file"})
+    tls_client_ca_file: str = field(default="", metadata={"help": "PEM CA: require client certificates it signed (mutual TLS)"})

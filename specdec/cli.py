@@ -11,8 +11,10 @@ import grpc
 
 def _generate(args: argparse.Namespace) -> int:
     from specdec.client import Client
+    from specdec.tls import channel_credentials
 
-    with Client(args.address) as client:
+    credentials = channel_credentials(args.tls_ca_file, args.tls_cert_file, args.tls_key_file)
+    with Client(args.address, credentials=credentials) as client:
         try:
             for chunk in client.stream(
                 None if args.chat else args.prompt,
@@ -43,6 +45,20 @@ def _generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _health(args: argparse.Namespace) -> int:
+    """Exit 0 if the server's grpc.health.v1 says SERVING (a container HEALTHCHECK)."""
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    with grpc.insecure_channel(args.address) as channel:
+        try:
+            status = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=args.service), timeout=args.timeout).status
+        except grpc.RpcError as error:
+            print(f"{args.address}: {error.code().name}", file=sys.stderr)
+            return 1
+    print(f"{args.address}: {health_pb2.HealthCheckResponse.ServingStatus.Name(status)}")
+    return 0 if status == health_pb2.HealthCheckResponse.SERVING else 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="specdec", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -63,6 +79,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     gen.add_argument("--drafter", default="", help="copy or ngram (default: the server's)")
     gen.add_argument("--num-draft-tokens", type=int, default=None, help="draft length (tree depth); 0 disables speculation")
     gen.add_argument("--max-tree-nodes", type=int, default=None, help="tree nodes per round (= draft length: a chain)")
+    gen.add_argument("--tls-ca-file", default="", help="PEM CA to check the drafter with: use TLS")
+    gen.add_argument("--tls-cert-file", default="", help="PEM client certificate (mutual TLS)")
+    gen.add_argument("--tls-key-file", default="", help="PEM private key of --tls-cert-file")
+
+    check = commands.add_parser("health", help="check a server's grpc.health.v1 status (plaintext); exit 0 if SERVING")
+    check.add_argument("--address", default="127.0.0.1:50051", help="the server's plaintext port (main or health port)")
+    check.add_argument("--service", default="", help="service name to ask about ('' = the whole server)")
+    check.add_argument("--timeout", type=float, default=3.0)
 
     demo = commands.add_parser("demo", help="start both services locally and compare speculation on and off")
     demo.add_argument("--max-new-tokens", type=int, default=96)
@@ -86,6 +110,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.command == "generate":
         return _generate(args)
+    if args.command == "health":
+        return _health(args)
     from specdec.demo import main as demo_main
 
     return demo_main(args.max_new_tokens, args.num_draft_tokens)

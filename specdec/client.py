@@ -123,8 +123,11 @@ def collect(chunks: Sequence[Chunk]) -> GenerationResult:
 class Client:
     """Blocking client of a drafter service. Keyword arguments as in build_request."""
 
-    def __init__(self, address: str, timeout: float | None = None) -> None:
-        self._channel = grpc.insecure_channel(address)
+    def __init__(
+        self, address: str, timeout: float | None = None, credentials: grpc.ChannelCredentials | None = None
+    ) -> None:
+        """credentials: TLS (specdec.tls.channel_credentials); None: plaintext."""
+        self._channel = grpc.secure_channel(address, credentials) if credentials else grpc.insecure_channel(address)
         self._stub = drafter_pb2_grpc.DrafterStub(self._channel)
         self._timeout = timeout
 
@@ -152,8 +155,12 @@ class Client:
 class AsyncClient:
     """asyncio client of a drafter service. Keyword arguments as in build_request."""
 
-    def __init__(self, address: str, timeout: float | None = None) -> None:
-        self._channel = grpc.aio.insecure_channel(address)
+    def __init__(
+        self, address: str, timeout: float | None = None, credentials: grpc.ChannelCredentials | None = None
+    ) -> None:
+        self._channel = (
+            grpc.aio.secure_channel(address, credentials) if credentials else grpc.aio.insecure_channel(address)
+        )
         self._stub = drafter_pb2_grpc.DrafterStub(self._channel)
         self._timeout = timeout
 

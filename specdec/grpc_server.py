@@ -84,21 +84,34 @@ async def serve(
     warm_up: Callable[[], Awaitable[None]],
     grace_seconds: float,
     options: Sequence[tuple[str, int]] = (),
+    credentials: grpc.ServerCredentials | None = None,
+    health_port: int = 0,
 ) -> None:
     """Run a gRPC server until SIGTERM/SIGINT.
 
     add_services registers servicers and returns their full names (for health and reflection).
     The bound port is printed as `SPECDEC_LISTENING <port>` so launchers can use port 0.
+    credentials: serve TLS (see specdec.tls) instead of plaintext. health_port > 0: also answer
+    `grpc.health.v1` (and nothing else) in plaintext on that port, for Kubernetes' gRPC probes,
+    which cannot speak TLS; it reports the same statuses as the main port.
     """
     server = grpc.aio.server(interceptors=[ExceptionToStatusInterceptor()], options=list(options))
     names = list(add_services(server))
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection([*names, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
-    bound = server.add_insecure_port(f"{host}:{port}")
+    address = f"{host}:{port}"
+    bound = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
+    health_server: grpc.aio.Server | None = None
+    if health_port:
+        health_server = grpc.aio.server()
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, health_server)
+        health_server.add_insecure_port(f"{host}:{health_port}")
+        await health_server.start()
     await server.start()
     print(f"{LISTENING_PREFIX} {bound}", flush=True)
-    log.info("listening on %s:%d", host, bound)
+    log.info("listening on %s:%d (%s)%s", host, bound, "TLS" if credentials else "plaintext",
+             f", health on {health_port}" if health_port else "")
 
     async def set_status(status: int) -> None:
         for name in ["", *names]:
@@ -122,4 +135,6 @@ async def serve(
     log.info("draining for up to %.1f s", grace_seconds)
     await set_status(health_pb2.HealthCheckResponse.NOT_SERVING)
     await server.stop(grace_seconds)
+    if health_server is not None:
+        await health_server.stop(0)
     warm.cancel()

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import torch
 
-from specdec import grpc_server, settings
+from specdec import grpc_server, settings, tls
 from specdec.sampling_params import SamplingParams
 from specdec.tokenizer import Tokenizer
 from specdec.v1 import verifier_pb2, verifier_pb2_grpc
@@ -50,7 +50,13 @@ async def run(config: VerifierSettings) -> None:
         log.info("model %s ready (context %d)", target.name, servicer.limits.context_length)
 
     await grpc_server.serve(
-        host=config.host, port=config.port, add_services=add_services, warm_up=warm_up, grace_seconds=config.grace_seconds
+        host=config.host,
+        port=config.port,
+        add_services=add_services,
+        warm_up=warm_up,
+        grace_seconds=config.grace_seconds,
+        credentials=tls.server_credentials(config.tls_cert_file, config.tls_key_file, config.tls_client_ca_file),
+        health_port=config.health_port,
     )
 
 

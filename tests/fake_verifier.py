@@ -1,0 +1,78 @@
+"""A small real gRPC Verifier without a model, for drafter-side tests (pools, TLS, discovery).
+
+It serves GetModelInfo (with a chosen tokenizer fingerprint), GetLoad (its open streams plus a
+load the test sets) and Verify: every round is answered with nothing accepted and `next_token`
+as the recovered token, so a drafter's round loop runs against it unchanged.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from concurrent import futures
+
+import grpc
+
+from specdec.v1 import verifier_pb2, verifier_pb2_grpc
+
+
+class FakeVerifier(verifier_pb2_grpc.VerifierServicer):
+    def __init__(
+        self,
+        fingerprint: str,
+        *,
+        host: str = "127.0.0.1",
+        max_sessions: int = 10,
+        next_token: int = 42,
+        credentials: grpc.ServerCredentials | None = None,
+    ) -> None:
+        self.fingerprint = fingerprint
+        self.max_sessions = max_sessions
+        self.next_token = next_token
+        self.extra_load = 0  # sessions the test pretends other drafters hold
+        self.streams = 0
+        self.rounds = 0
+        self._lock = threading.Lock()
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+        verifier_pb2_grpc.add_VerifierServicer_to_server(self, self.server)
+        address = f"{host}:0"
+        self.port = self.server.add_secure_port(address, credentials) if credentials else self.server.add_insecure_port(address)
+        self.host = host
+        self.address = f"{host}:{self.port}"
+        self.server.start()
+
+    def stop(self) -> None:
+        self.server.stop(0)
+
+    def GetModelInfo(self, request, context) -> verifier_pb2.ModelInfo:  # type: ignore[no-untyped-def]
+        return verifier_pb2.ModelInfo(
+            model_name="fake",
+            vocab_size=49152,
+            tokenizer_fingerprint=self.fingerprint,
+            eos_token_ids=[2],
+            context_length=8192,
+            max_draft_tokens=32,
+            max_draft_depth=16,
+        )
+
+    def GetLoad(self, request, context) -> verifier_pb2.Load:  # type: ignore[no-untyped-def]
+        return verifier_pb2.Load(open_sessions=self.streams + self.extra_load, max_sessions=self.max_sessions)
+
+    def Verify(self, request_iterator, context) -> Iterator[verifier_pb2.VerifyResponse]:  # type: ignore[no-untyped-def]
+        with self._lock:
+            self.streams += 1
+        try:
+            for request in request_iterator:
+                if request.WhichOneof("kind") == "round":
+                    with self._lock:
+                        self.rounds += 1
+                    yield verifier_pb2.VerifyResponse(
+                        num_accepted=0,
+                        next_token_id=self.next_token,
+                        acceptance_probs=[0.0] * len(request.round.nodes),
+                    )
+                elif request.WhichOneof("kind") == "close":
+                    return
+        finally:
+            with self._lock:
+                self.streams -= 1
