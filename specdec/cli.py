@@ -63,7 +63,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="specdec", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
 
-    serve = commands.add_parser("serve", help="run a service (flags: specdec serve KIND --help)")
+    serve = commands.add_parser("serve", help="run a service (flags: specdec serve KIND --help)", add_help=False)
     serve.add_argument("kind", choices=["verifier", "drafter"])
 
     gen = commands.add_parser("generate", help="generate from a running drafter, streaming to the terminal")

@@ -1,0 +1,39 @@
+"""The drafter (and the client, CLI and discovery) import nothing from torch or transformers:
+its image installs neither (deploy/docker/drafter.Dockerfile)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+BLOCKED = ("torch", "transformers")
+
+
+def test_drafter_imports_without_torch_or_transformers() -> None:
+    code = textwrap.dedent(
+        f"""
+        import importlib.abc, sys
+
+        class Block(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] in {BLOCKED!r}:
+                    raise ImportError("blocked in this test: " + name)
+
+        sys.meta_path.insert(0, Block())
+        import drafter_svc.server, drafter_svc.k8s_discovery, drafter_svc.verifier_pool, specdec.cli, specdec.client
+        drafter_svc.k8s_discovery.KubernetesDiscovery("ns", "svc")  # the kubernetes client is importable
+        import kubernetes.client, kubernetes.watch
+        try:
+            specdec.cli.main(["serve", "drafter", "--help"])  # the image's entry point
+        except SystemExit as done:
+            assert done.code == 0, done.code
+        loaded = sorted(m for m in sys.modules if m.split(".")[0] in {BLOCKED!r})
+        assert not loaded, loaded
+        print("torch-free")
+        """
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.strip().endswith("torch-free")
+    assert "--verifier-tls-ca-file" in run.stdout  # the help lists the settings the chart sets
