@@ -12,6 +12,7 @@ from drafter_svc.servicer import DrafterServicer
 from drafter_svc.settings import DrafterSettings
 from drafter_svc.verifier_pool import VerifierPool
 from specdec import grpc_server, settings, tls
+from specdec.metrics import DrafterMetrics, serve_metrics
 from specdec.model_files import tokenizer_dir
 from specdec.tokenizer import Tokenizer
 from specdec.v1 import drafter_pb2, drafter_pb2_grpc
@@ -37,7 +38,10 @@ async def run(config: DrafterSettings) -> None:
     tokenizer = Tokenizer(tokenizer_dir(config.model))
     pool = make_pool(config, tokenizer)
     defaults = Defaults(config.drafter, config.num_draft_tokens, config.max_tree_nodes, config.max_new_tokens_cap)
-    servicer = DrafterServicer(pool, defaults)
+    metrics = DrafterMetrics()
+    metrics.verifiers_ready.set_function(lambda: sum(m.ready for m in pool.members.values()))
+    serve_metrics(metrics.registry, config.host, config.metrics_port)
+    servicer = DrafterServicer(pool, defaults, metrics)
 
     def add_services(server) -> list[str]:  # type: ignore[no-untyped-def]
         drafter_pb2_grpc.add_DrafterServicer_to_server(servicer, server)

@@ -10,20 +10,24 @@ import grpc
 from drafter_svc.generation import generate
 from drafter_svc.protocol import Defaults, VerifierLimits, request_from_proto
 from drafter_svc.verifier_pool import VerifierPool
+from specdec.metrics import DrafterMetrics
 from specdec.v1 import drafter_pb2, drafter_pb2_grpc
 
 
 class DrafterServicer(drafter_pb2_grpc.DrafterServicer):
-    def __init__(self, pool: VerifierPool, defaults: Defaults) -> None:
+    def __init__(self, pool: VerifierPool, defaults: Defaults, metrics: DrafterMetrics | None = None) -> None:
         self.pool = pool
         self.defaults = defaults
+        self.metrics = metrics or DrafterMetrics()
 
     async def Generate(
         self, request: drafter_pb2.GenerateRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[drafter_pb2.GenerateResponse]:
-        with self.pool.place() as verifier:  # the session stays on this verifier to the end
+        with self.pool.place() as verifier, self.metrics.open_sessions.track_inprogress():
+            # the session stays on this verifier to the end
             info = verifier.model_info
             limits = VerifierLimits(info.context_length, info.max_draft_tokens, info.max_draft_depth)
             generation = request_from_proto(request, self.pool.tokenizer, limits, self.defaults)
             async for response in generate(generation, verifier.stub, self.pool.tokenizer, verifier.verifier_info):
+                self.metrics.observe(response)
                 yield response

@@ -33,6 +33,7 @@ class DrafterSettings:
     max_new_tokens_cap: int = field(default=4096, metadata={"help": "largest max_new_tokens a request may ask for"})
     grace_seconds: float = field(default=20.0, metadata={"help": "on SIGTERM, how long running streams may finish"})
     health_port: int = field(default=0, metadata={"help": "also serve grpc.health.v1 in plaintext on this port, for probes (0: off)"})
+    metrics_port: int = field(default=0, metadata={"help": "serve Prometheus /metrics over HTTP on this port (0: off)"})
     tls_cert_file: str = field(default="", metadata={"help": "PEM server certificate: serve TLS (empty: plaintext)"})
     tls_key_file: str = field(default="", metadata={"help": "PEM private key of tls_cert_file"})
     tls_client_ca_file: str = field(default="", metadata={"help": "PEM CA: require client certificates it signed (mutual TLS)"})

@@ -21,6 +21,9 @@ from specdec.errors import SpecdecError
 log = logging.getLogger(__name__)
 
 LISTENING_PREFIX = "SPECDEC_LISTENING"
+# A health "service" that is SERVING for as long as the server's event loop answers, warm or
+# not, draining or not: what a liveness probe should ask (readiness asks the real services).
+LIVENESS_SERVICE = "liveness"
 
 
 async def _abort(context: grpc.aio.ServicerContext, error: Exception) -> None:
@@ -118,6 +121,7 @@ async def serve(
             await health_servicer.set(name, status)
 
     await set_status(health_pb2.HealthCheckResponse.NOT_SERVING)
+    await health_servicer.set(LIVENESS_SERVICE, health_pb2.HealthCheckResponse.SERVING)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 import torch
 
 from specdec import grpc_server, settings, tls
+from specdec.metrics import VerifierMetrics, serve_metrics
 from specdec.sampling_params import SamplingParams
 from specdec.tokenizer import Tokenizer
 from specdec.v1 import verifier_pb2, verifier_pb2_grpc
@@ -39,6 +40,8 @@ def load_target(config: VerifierSettings) -> tuple[TargetModel, Tokenizer]:
 
 async def run(config: VerifierSettings) -> None:
     servicer = VerifierServicer(config.max_sessions, config.max_draft_tokens, config.max_draft_depth, config.context_length)
+    metrics = VerifierMetrics(lambda: servicer.sessions.open, config.max_sessions, lambda: float(servicer.target is not None))
+    serve_metrics(metrics.registry, config.host, config.metrics_port)
 
     def add_services(server) -> list[str]:  # type: ignore[no-untyped-def]
         verifier_pb2_grpc.add_VerifierServicer_to_server(servicer, server)

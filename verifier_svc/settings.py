@@ -19,6 +19,7 @@ class VerifierSettings:
     torch_threads: int = field(default=0, metadata={"help": "torch intra-op threads (0: torch's default)"})
     grace_seconds: float = field(default=20.0, metadata={"help": "on SIGTERM, how long running streams may finish"})
     health_port: int = field(default=0, metadata={"help": "also serve grpc.health.v1 in plaintext on this port, for probes (0: off)"})
+    metrics_port: int = field(default=0, metadata={"help": "serve Prometheus /metrics over HTTP on this port (0: off)"})
     tls_cert_file: str = field(default="", metadata={"help": "PEM server certificate: serve TLS (empty: plaintext)"})
     tls_key_file: str = field(default="", metadata={"help": "PEM private key of tls_cert_file"})
     tls_client_ca_file: str = field(default="", metadata={"help": "PEM CA: require client certificates it signed (mutual TLS)"})

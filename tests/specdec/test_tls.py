@@ -5,7 +5,8 @@
 - a real drafter process configured only through SPECDEC_DRAFTER_* environment variables serves
   TLS to clients, talks mutual TLS to a (model-free) verifier dialled by IP with the
   certificate's name as server name, runs a whole Generate, and answers plaintext health
-  checks on its health port (what Kubernetes' gRPC probes and the image's HEALTHCHECK use).
+  checks on its health port (what Kubernetes' gRPC probes and the image's HEALTHCHECK use), and
+  counts the generation in its Prometheus metrics.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from concurrent import futures
 from pathlib import Path
 
@@ -103,7 +105,7 @@ def test_drafter_process_over_tls_end_to_end(pki: dict[str, str], tokenizer, tmp
         tokenizer.fingerprint, next_token=tokenizer.encode(" yes")[0],
         credentials=tls.server_credentials(pki["server_cert"], pki["server_key"], pki["ca"]),
     )
-    health_port = _free_port()
+    health_port, metrics_port = _free_port(), _free_port()
     env = {
         "SPECDEC_DRAFTER_VERIFIER": f"127.0.0.1:{verifier.port}",
         "SPECDEC_DRAFTER_VERIFIER_TLS_CA_FILE": pki["ca"],
@@ -113,6 +115,7 @@ def test_drafter_process_over_tls_end_to_end(pki: dict[str, str], tokenizer, tmp
         "SPECDEC_DRAFTER_TLS_CERT_FILE": pki["server_cert"],
         "SPECDEC_DRAFTER_TLS_KEY_FILE": pki["server_key"],
         "SPECDEC_DRAFTER_HEALTH_PORT": str(health_port),
+        "SPECDEC_DRAFTER_METRICS_PORT": str(metrics_port),
     }
     drafter = Service("drafter", [], tmp_path / "drafter.log", env=env)
     try:
@@ -128,6 +131,13 @@ def test_drafter_process_over_tls_end_to_end(pki: dict[str, str], tokenizer, tmp
         with Client(drafter.address) as plaintext, pytest.raises(grpc.RpcError) as refused:
             plaintext.generate("Say yes", max_new_tokens=1)
         assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+        liveness = [*health_cmd[:-1], "liveness"]
+        assert subprocess.run(liveness, capture_output=True).returncode == 0
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read().decode()
+        assert 'specdec_drafter_requests_total{finish_reason="length"} 1.0' in metrics
+        assert "specdec_spec_decode_num_drafts_total 3.0" in metrics  # three plain target passes
+        assert "specdec_drafter_generated_tokens_total 3.0" in metrics
+        assert "specdec_drafter_open_sessions 0.0" in metrics and "specdec_drafter_verifiers_ready 1.0" in metrics
     finally:
         assert drafter.stop() == 0
         verifier.stop()
