@@ -101,6 +101,11 @@ class VerifierPool:
         """Follow the discovery in the background (call from the serving event loop)."""
         if self._follower is None:
             self._follower = asyncio.ensure_future(self._follow())
+            self._follower.add_done_callback(self._followed)
+
+    def _followed(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            log.error("following %r failed: no more verifier changes will be seen", self.discovery, exc_info=task.exception())
 
     async def wait_ready(self) -> None:
         """Until some verifier is ready (the drafter turns SERVING then)."""

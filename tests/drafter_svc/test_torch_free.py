@@ -10,7 +10,10 @@ import textwrap
 BLOCKED = ("torch", "transformers")
 
 
-def test_drafter_imports_without_torch_or_transformers() -> None:
+def test_drafter_imports_without_torch_or_transformers(tokenizer) -> None:  # type: ignore[no-untyped-def]
+    from specdec.model_files import tokenizer_dir
+
+    folder = str(tokenizer_dir("default"))  # a prepared tokenizer folder, as baked into the image
     code = textwrap.dedent(
         f"""
         import importlib.abc, sys
@@ -23,6 +26,9 @@ def test_drafter_imports_without_torch_or_transformers() -> None:
         sys.meta_path.insert(0, Block())
         import drafter_svc.server, drafter_svc.k8s_discovery, drafter_svc.verifier_pool, specdec.cli, specdec.client
         drafter_svc.k8s_discovery.KubernetesDiscovery("ns", "svc")  # the kubernetes client is importable
+        from specdec.model_files import tokenizer_dir
+        from specdec.tokenizer import Tokenizer
+        assert Tokenizer(tokenizer_dir({folder!r})).encode("Hello")  # the image's SPECDEC_DRAFTER_MODEL
         import kubernetes.client, kubernetes.watch
         try:
             specdec.cli.main(["serve", "drafter", "--help"])  # the image's entry point

@@ -208,7 +208,7 @@ def test_a_verifier_with_another_tokenizer_is_refused_and_a_silent_one_is_unavai
         other.stop()
 
 
-def test_pool_channels_speak_grpc_status_codes() -> None:
+def test_a_verifier_that_stops_answering_gets_no_new_sessions() -> None:
     """A verifier that goes away is marked not answering, and a session placed later avoids it."""
     a, b = FakeVerifier(FINGERPRINT), FakeVerifier(FINGERPRINT)
     b.extra_load = 3
