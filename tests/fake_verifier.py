@@ -32,6 +32,7 @@ class FakeVerifier(verifier_pb2_grpc.VerifierServicer):
         self.extra_load = 0  # sessions the test pretends other drafters hold
         self.streams = 0
         self.rounds = 0
+        self.load_calls = 0  # GetLoad polls answered
         self._lock = threading.Lock()
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
         verifier_pb2_grpc.add_VerifierServicer_to_server(self, self.server)
@@ -56,6 +57,7 @@ class FakeVerifier(verifier_pb2_grpc.VerifierServicer):
         )
 
     def GetLoad(self, request, context) -> verifier_pb2.Load:  # type: ignore[no-untyped-def]
+        self.load_calls += 1
         return verifier_pb2.Load(open_sessions=self.streams + self.extra_load, max_sessions=self.max_sessions)
 
     def Verify(self, request_iterator, context) -> Iterator[verifier_pb2.VerifyResponse]:  # type: ignore[no-untyped-def]

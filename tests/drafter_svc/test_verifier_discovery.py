@@ -5,6 +5,7 @@ placed on the least-loaded ready verifier (real gRPC fake verifiers reporting th
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator, Callable
 from types import SimpleNamespace
@@ -16,7 +17,9 @@ import pytest
 from drafter_svc.discovery import DnsDiscovery, StaticDiscovery, discovery_from_target
 from drafter_svc.k8s_discovery import KubernetesDiscovery
 from drafter_svc.verifier_pool import VerifierPool
+from specdec.client import Client
 from specdec.errors import FailedPrecondition, Unavailable
+from specdec.launcher import Service
 from specdec.v1 import verifier_pb2
 from tests.fake_kube_api import FakeKubeApi, endpoint_slice
 from tests.fake_verifier import FakeVerifier
@@ -229,3 +232,40 @@ def test_a_verifier_that_stops_answering_gets_no_new_sessions() -> None:
         asyncio.run(scenario())
     finally:
         b.stop()
+
+
+def test_drafter_process_with_k8s_verifier_follows_pods_joining_and_leaving(tokenizer, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """`specdec serve drafter --verifier k8s://...` as a process (API access from KUBECONFIG):
+    generations go to the verifier pods the EndpointSlices list, as they change."""
+    yes, no = tokenizer.encode(" yes")[0], tokenizer.encode(" no")[0]
+    api = FakeKubeApi(NAMESPACE)
+    first, second = FakeVerifier(tokenizer.fingerprint, next_token=yes), FakeVerifier(tokenizer.fingerprint, next_token=no)
+    api.put(endpoint_slice("first", SERVICE, [(first.host, True)], first.port))
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "fake",
+        "clusters": [{"name": "fake", "cluster": {"server": api.url}}],
+        "users": [{"name": "fake", "user": {"token": "t"}}],
+        "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake", "namespace": NAMESPACE}}],
+    }))
+    drafter = Service("drafter", ["--verifier", f"k8s://{NAMESPACE}/{SERVICE}", "--load-poll-seconds", "0.05"],
+                      tmp_path / "drafter.log", env={"KUBECONFIG": str(kubeconfig)})
+    try:
+        drafter.wait_serving(30)
+        with Client(drafter.address) as client:
+            assert client.generate("Yes or no?", max_new_tokens=2, num_draft_tokens=0).token_ids == [yes, yes]
+            api.put(endpoint_slice("second", SERVICE, [(second.host, True)], second.port))  # a pod joins
+            deadline = time.monotonic() + 10
+            while second.load_calls < 2:  # the drafter checked it and polls its load
+                assert time.monotonic() < deadline
+                time.sleep(0.02)
+            api.delete("first")  # the old one leaves: sessions move to the new one, none fails
+            while client.generate("Yes or no?", max_new_tokens=2, num_draft_tokens=0).token_ids != [no, no]:
+                assert time.monotonic() < deadline, (tmp_path / "drafter.log").read_text()[-2000:]
+                time.sleep(0.05)
+        assert any(r.startswith("watch") for r in api.requests)
+    finally:
+        assert drafter.stop() == 0
+        api.close()
+        first.stop()
+        second.stop()
