@@ -26,7 +26,7 @@ install() {
   local protos="$VENV/.specdec-protos" have
   have=$(cat protos/specdec/v1/*.proto | sha256sum | cut -d' ' -f1)
   if [ "$(cat "$protos" 2>/dev/null)" != "$have" ] || ! ls specdec/v1/*_pb2.py >/dev/null 2>&1; then
-    "$VENV/bin/python" -m specdec.protogen
+    "$VENV/bin/python" specdec/protogen.py  # by path: importing specdec needs the stubs
     echo "$have" > "$protos"
   fi
 }

@@ -1,6 +1,7 @@
 """Builds specdec/v1/*_pb2*.py from protos/specdec/v1/*.proto with grpcio-tools.
 
-Run at install time by setup.py; `python -m specdec.protogen` regenerates by hand.
+Run at install time by setup.py; `python specdec/protogen.py` regenerates by hand
+(by path, not `-m`: importing the specdec package needs the stubs this makes).
 Depends only on the standard library and grpc_tools so setup.py can run it before install.
 """
 
