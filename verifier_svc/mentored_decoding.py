@@ -75,13 +75,13 @@ def _support(p: torch.Tensor, q_ids: torch.Tensor, q_probs: torch.Tensor) -> _Su
     ids, inverse = torch.unique(q_ids, return_inverse=True)
     q = torch.zeros(ids.numel(), dtype=_F64).index_add_(0, inverse, q_probs.to(_F64))
     q /= q.sum()  # a q from the wire may sum to 1 only within its tolerance
-    total = float(p.sum(dtype=_F64))
+    total = float(p.sum())  # float32: a float64 sum over the vocabulary costs more than the whole search
+    # Padding and other q = 0 entries sit outside the support with the tokens q does not list.
+    ids, q = ids[q > 0], q[q > 0]
     p_s = p[ids].to(_F64) / total
     p_out = max(1.0 - float(p_s.sum()), 0.0)
-    # Support tokens with p = 0 are never accepted and emitted with probability 0: they play
-    # no part below. Padding (q = 0) sits outside the support with the other q = 0 tokens.
-    keep = (q > 0) & (p_s > 0)
-    p_s, q = p_s[keep], q[keep]
+    # Support tokens with p = 0 are never accepted and emitted with probability 0: no part below.
+    p_s, q = p_s[p_s > 0], q[p_s > 0]
     ratio, order = (q / p_s).sort()
     p_s, q = p_s[order], q[order]
     zero = torch.zeros(1, dtype=_F64)
