@@ -74,6 +74,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     demo.add_argument("--num-draft-tokens", type=int, default=8)
 
     commands.add_parser("bench", help="benchmark on ../shared/bench (flags: specdec bench --help)", add_help=False)
+    commands.add_parser("bench-lossy", help="exact vs. lossy acceptance rules on ../shared/bench (flags: specdec bench-lossy --help)",
+                        add_help=False)
 
     args, rest = parser.parse_known_args(argv)
     if args.command == "serve":
@@ -87,6 +89,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from bench.spec_bench import main as bench_main
 
         return bench_main(rest)
+    if args.command == "bench-lossy":
+        from bench.lossy_bench import main as lossy_bench_main
+
+        return lossy_bench_main(rest)
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.command == "generate":
