@@ -116,18 +116,23 @@ def _fmt(value: float | None, spec: str, suffix: str = "") -> str:
 
 
 def _gsm8k(records: Sequence[Record], questions: dict[int, dict], names: Sequence[str]) -> tuple[str, list[dict]]:
-    """Per rule: math prompts whose final number equals the exact rule's, and the reference."""
+    """Per rule: math prompts whose final number equals the exact rule's, and the reference.
+    An output cut at the token budget (not finished by EOS) counts with its last number."""
     math = [r for r in records if r.row == MATH and r.error is None]
     exact = {r.question_id: final_number(r.text or "") for r in math if r.system == "exact"}
-    rows, lines = [], ["| rule | math prompts | answer found | same final answer as exact | equal to the reference |", "|---|---|---|---|---|"]
+    rows = []
+    lines = ["| rule | math prompts | finished (EOS) | answer found | same final answer as exact | equal to the reference |",
+             "|---|---|---|---|---|---|"]
     for name in names:
         mine = [r for r in math if r.system == name]
         answers = {r.question_id: final_number(r.text or "") for r in mine}
+        finished = sum(r.finish_reason == "eos" for r in mine)
         same = sum(answers[q] is not None and answers[q] == exact.get(q) for q in answers)
         right = sum(answers[q] is not None and answers[q] == reference_answer(questions[q]) for q in answers)
         found = sum(a is not None for a in answers.values())
-        rows.append({"rule": name, "prompts": len(mine), "found": found, "same_as_exact": same, "correct": right, "answers": answers})
-        lines.append(f"| {name} | {len(mine)} | {found} | {same}/{len(mine)} | {right}/{len(mine)} |")
+        rows.append({"rule": name, "prompts": len(mine), "finished": finished, "found": found, "same_as_exact": same,
+                     "correct": right, "answers": answers})
+        lines.append(f"| {name} | {len(mine)} | {finished} | {found} | {same}/{len(mine)} | {right}/{len(mine)} |")
     return "\n".join(lines), rows
 
 
