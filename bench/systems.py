@@ -62,6 +62,7 @@ class SpecdecConfig:
     drafter: str  # "" lets the server pick; irrelevant when k = 0
     num_draft_tokens: int
     max_tree_nodes: int  # = num_draft_tokens: a chain
+    acceptance: str | None = None  # "exact", "lenient:L", "mentored:D"; None: the server's default (exact)
 
 
 def parse_config(name: str) -> SpecdecConfig:
@@ -104,6 +105,7 @@ class SpecdecSystem:
             drafter=self._config.drafter,
             num_draft_tokens=self._config.num_draft_tokens,
             max_tree_nodes=self._config.max_tree_nodes,
+            acceptance=self._config.acceptance,
         )
         wall = time.perf_counter() - started
         s = result.stats

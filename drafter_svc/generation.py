@@ -29,6 +29,7 @@ class Stats:
     drafter: str
     num_draft_tokens: int
     max_tree_nodes: int
+    acceptance_rule: str = "exact"
     generated_tokens: int = 0
     rounds: int = 0
     drafted_tokens: int = 0
@@ -56,6 +57,7 @@ class Stats:
             drafter=self.drafter,
             num_draft_tokens=self.num_draft_tokens,
             max_tree_nodes=self.max_tree_nodes,
+            acceptance_rule=self.acceptance_rule,
         )
 
 
@@ -79,7 +81,9 @@ async def generate(
     request: GenerationRequest, stub: verifier_pb2_grpc.VerifierStub, tokenizer: Tokenizer, info: VerifierInfo
 ) -> AsyncIterator[drafter_pb2.GenerateResponse]:
     """Yield text deltas with their token ids; the last response has the finish reason and stats."""
-    stats = Stats(len(request.prompt_token_ids), request.drafter, request.num_draft_tokens, request.max_tree_nodes)
+    stats = Stats(
+        len(request.prompt_token_ids), request.drafter, request.num_draft_tokens, request.max_tree_nodes, str(request.acceptance)
+    )
     drafter = make_drafter(request.drafter)
     detokenizer = IncrementalDetokenizer(tokenizer.decode, request.prompt_token_ids)
     stopper = StopStringMatcher(request.stop)

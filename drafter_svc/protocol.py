@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from drafter_svc.drafter import DRAFTER_NAMES, Draft
+from specdec.acceptance_params import AcceptanceParams, acceptance_from_proto, acceptance_to_proto
 from specdec.errors import InvalidArgument
 from specdec.sampling_params import SamplingParams, sampling_from_proto, sampling_to_proto
 from specdec.tokenizer import Tokenizer
@@ -24,6 +25,7 @@ class GenerationRequest:
     drafter: str
     num_draft_tokens: int  # tree depth; 0: no speculation
     max_tree_nodes: int  # >= num_draft_tokens; equal: a chain
+    acceptance: AcceptanceParams = AcceptanceParams()
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,8 @@ def request_from_proto(
     if drafter not in DRAFTER_NAMES:
         raise InvalidArgument("speculation.drafter", f"unknown drafter {drafter!r}; choose one of {', '.join(DRAFTER_NAMES)}")
     k, nodes = _tree_shape(msg.speculation, limits, defaults)
+    acceptance = acceptance_from_proto(msg.acceptance)
+    acceptance.validate("acceptance", greedy=sampling.greedy)
     return GenerationRequest(
         prompt_token_ids=prompt,
         max_new_tokens=msg.max_new_tokens,
@@ -68,6 +72,7 @@ def request_from_proto(
         drafter=drafter,
         num_draft_tokens=k,
         max_tree_nodes=nodes,
+        acceptance=acceptance,
     )
 
 
@@ -117,7 +122,9 @@ def _prompt_ids(msg: drafter_pb2.GenerateRequest, tokenizer: Tokenizer) -> list[
 def open_message(request: GenerationRequest) -> verifier_pb2.VerifyRequest:
     sampling = sampling_to_proto(request.sampling, request.seed)
     return verifier_pb2.VerifyRequest(
-        open=verifier_pb2.OpenSession(prompt_token_ids=request.prompt_token_ids, sampling=sampling)
+        open=verifier_pb2.OpenSession(
+            prompt_token_ids=request.prompt_token_ids, sampling=sampling, acceptance=acceptance_to_proto(request.acceptance)
+        )
     )
 
 

@@ -28,6 +28,7 @@ def _generate(args: argparse.Namespace) -> int:
                 drafter=args.drafter,
                 num_draft_tokens=args.num_draft_tokens,
                 max_tree_nodes=args.max_tree_nodes,
+                acceptance=args.acceptance,
             ):
                 sys.stdout.write(chunk.text)
                 sys.stdout.flush()
@@ -36,7 +37,8 @@ def _generate(args: argparse.Namespace) -> int:
                     print(
                         f"\n[{chunk.finish_reason}] {s.generated_tokens} tokens in {s.total_seconds:.2f} s "
                         f"({s.tokens_per_second:.1f} tok/s), {s.rounds} target passes, "
-                        f"acceptance {s.acceptance_rate:.2f}, mean acceptance length {s.mean_acceptance_length:.2f}",
+                        f"acceptance {s.acceptance_rate:.2f}, mean acceptance length {s.mean_acceptance_length:.2f}, "
+                        f"rule {s.acceptance_rule}",
                         file=sys.stderr,
                     )
         except grpc.RpcError as error:
@@ -79,6 +81,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     gen.add_argument("--drafter", default="", help="copy or ngram (default: the server's)")
     gen.add_argument("--num-draft-tokens", type=int, default=None, help="draft length (tree depth); 0 disables speculation")
     gen.add_argument("--max-tree-nodes", type=int, default=None, help="tree nodes per round (= draft length: a chain)")
+    gen.add_argument("--acceptance", default=None, metavar="RULE",
+                     help="exact (default), or opt-in lossy lenient:L (L in (0, 1]) or mentored:D (KL budget D >= 0, "
+                          "temperature > 0)")
     gen.add_argument("--tls-ca-file", default="", help="PEM CA to check the drafter with: use TLS")
     gen.add_argument("--tls-cert-file", default="", help="PEM client certificate (mutual TLS)")
     gen.add_argument("--tls-key-file", default="", help="PEM private key of --tls-cert-file")
@@ -93,6 +98,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     demo.add_argument("--num-draft-tokens", type=int, default=8)
 
     commands.add_parser("bench", help="benchmark on ../shared/bench (flags: specdec bench --help)", add_help=False)
+    commands.add_parser("bench-lossy", help="exact vs. lossy acceptance rules on ../shared/bench (flags: specdec bench-lossy --help)",
+                        add_help=False)
 
     args, rest = parser.parse_known_args(argv)
     if args.command == "serve":
@@ -106,6 +113,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from bench.spec_bench import main as bench_main
 
         return bench_main(rest)
+    if args.command == "bench-lossy":
+        from bench.lossy_bench import main as lossy_bench_main
+
+        return lossy_bench_main(rest)
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.command == "generate":

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import grpc
 
+from specdec.acceptance_params import acceptance_to_proto, parse
 from specdec.v1 import common_pb2, drafter_pb2, drafter_pb2_grpc
 
 
@@ -33,6 +34,7 @@ class GenerationStats:
     drafter: str = ""
     num_draft_tokens: int = 0
     max_tree_nodes: int = 0
+    acceptance_rule: str = ""  # "exact", "lenient:L" or "mentored:D"
 
     @property
     def tokens_per_second(self) -> float:
@@ -75,8 +77,14 @@ def build_request(
     drafter: str = "",
     num_draft_tokens: int | None = None,
     max_tree_nodes: int | None = None,
+    acceptance: str | None = None,
 ) -> drafter_pb2.GenerateRequest:
-    """Exactly one of prompt (plain text), messages (chat) or token_ids."""
+    """Exactly one of prompt (plain text), messages (chat) or token_ids.
+
+    acceptance: "exact" (None: the default), or an opt-in lossy rule "lenient:L" (L in (0, 1]:
+    no token more than 1/L times as likely as under the target) or "mentored:D" (KL budget
+    D >= 0 per token; temperature > 0 only). The servers validate it (INVALID_ARGUMENT).
+    """
     if sum(x is not None for x in (prompt, messages, token_ids)) != 1:
         raise ValueError("give exactly one of prompt, messages or token_ids")
     request = drafter_pb2.GenerateRequest(
@@ -97,6 +105,8 @@ def build_request(
         request.speculation.num_draft_tokens = num_draft_tokens
     if max_tree_nodes is not None:
         request.speculation.max_tree_nodes = max_tree_nodes
+    if acceptance is not None:
+        request.acceptance.CopyFrom(acceptance_to_proto(parse(acceptance)))
     return request
 
 

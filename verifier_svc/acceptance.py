@@ -14,6 +14,7 @@ S = 1, ids = [token], probs = [1.0].
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
@@ -25,6 +26,38 @@ from verifier_svc.token_tree import ROOT, TokenTree
 # (nearly) zero probability; we then sample from p itself.
 MIN_RESIDUAL_MASS = torch.finfo(torch.float32).eps
 _TINY = torch.finfo(torch.float32).tiny
+
+
+class AcceptanceRule(Protocol):
+    """The pluggable piece of the walk: how a child that the exact ratio rejected is judged.
+
+    Every rule here is Algorithm 1 with q scaled: child x, tried against p (its parent's row, or
+    what earlier siblings' rejections left of it), is accepted with probability
+    min(1, p(x) / (a q(x))), and on rejection the walk continues with norm(max(p - b q, 0)).
+    The exact rule is a = b = 1; a lossy rule has a <= 1, so it accepts at least whenever the
+    exact rule does, and the walk asks it only after the exact ratio has rejected (its search,
+    if any, is skipped when the cheap exact rule already accepts). See lossy_acceptance.py.
+    """
+
+    @property
+    def name(self) -> str: ...
+
+    def scales(self, p: torch.Tensor, q_ids: torch.Tensor, q_probs: torch.Tensor, tried: int) -> tuple[float, float]:
+        """(a, b) for a child tried `tried`-th (0: first) at its node against p [vocab], whose
+        sparse q is (q_ids [S], q_probs [S]). Requires 0 < a <= 1."""
+        ...
+
+
+class ExactRule:
+    """Exact speculative sampling: a = b = 1 (the output is distributed exactly as p)."""
+
+    name = "exact"
+
+    def scales(self, p: torch.Tensor, q_ids: torch.Tensor, q_probs: torch.Tensor, tried: int) -> tuple[float, float]:
+        return 1.0, 1.0
+
+
+EXACT = ExactRule()
 
 
 @dataclass(frozen=True)
@@ -74,6 +107,7 @@ def verify_speculative(
     draft_q_ids: torch.Tensor,
     draft_q_probs: torch.Tensor,
     generator: torch.Generator,
+    rule: AcceptanceRule = EXACT,
 ) -> RoundVerdict:
     """Multi-draft iterative speculative sampling over a token tree (Stratos, section 2.1, after
     SpecInfer); on a chain it is Algorithm 1 of Leviathan et al.
@@ -91,6 +125,12 @@ def verify_speculative(
     Randomness comes only from `generator`, in a fixed order per visited node: one randperm
     when it has several children, one torch.rand(()) per child tried, and at the end one
     torch.multinomial. The same generator state gives the same verdict.
+
+    `rule` (default: exact) judges a child that u >= min(1, p/q) rejected: accepted iff
+    u < min(1, p(x) / (a q(x))), else p becomes norm(max(p - b q, 0)); see AcceptanceRule. A
+    rule with a = b = 1 gives verdicts identical to the exact rule's, bit for bit and with the
+    same generator state, since it draws no randomness of its own. acceptance_probs stay the
+    exact rule's min(1, p/q) whatever the rule (a lossy rule accepts at least that often).
     """
     n = len(tree)
     assert target_probs.shape[0] == n + 1, "need one target row per node plus one for the root"
@@ -121,10 +161,16 @@ def verify_speculative(
             # min(1, p/q) under what is left of p (the first child sees p itself).
             ratio = acceptance_list[child] if tried == 0 else min(1.0, float(p[tokens[child]]) / q_x_list[child])
             # child accepted iff u < min(1, p/q), u ~ U[0, 1): probability exactly min(1, p/q).
-            if float(torch.rand((), generator=generator, dtype=p.dtype)) < ratio:
+            u = float(torch.rand((), generator=generator, dtype=p.dtype))
+            if u < ratio:
                 accepted = child
                 break
-            p = _residual(p, draft_q_ids[child], draft_q_probs[child])
+            # min(1, p/(a q)) = min(1, ratio / a) for a <= 1; a = 1 (exact) cannot accept here.
+            a, b = rule.scales(p, draft_q_ids[child], draft_q_probs[child], tried)
+            if a < 1.0 and u < min(1.0, ratio / a):
+                accepted = child
+                break
+            p = _residual(p, draft_q_ids[child], draft_q_probs[child], b)
         if accepted is None:
             # multinomial normalizes p itself.
             next_token = int(torch.multinomial(p, 1, generator=generator))
@@ -133,10 +179,10 @@ def verify_speculative(
         node = accepted
 
 
-def _residual(p: torch.Tensor, q_ids: torch.Tensor, q_probs: torch.Tensor) -> torch.Tensor:
-    """norm(max(p - q, 0)) for a normalized [vocab] p and a sparse q; p itself when that residual
-    has no mass to speak of (see MIN_RESIDUAL_MASS). Subtracting q with index_add sums repeated
-    ids, so padding never overwrites a real entry."""
-    residual = p.index_add(0, q_ids, q_probs.to(p.dtype), alpha=-1.0).clamp_min_(0.0)
+def _residual(p: torch.Tensor, q_ids: torch.Tensor, q_probs: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
+    """norm(max(p - scale * q, 0)) for a normalized [vocab] p and a sparse q; p itself when that
+    residual has no mass to speak of (see MIN_RESIDUAL_MASS). Subtracting q with index_add sums
+    repeated ids, so padding never overwrites a real entry. scale = 1 is the exact rule's."""
+    residual = p.index_add(0, q_ids, q_probs.to(p.dtype), alpha=-scale).clamp_min_(0.0)
     mass = float(residual.sum())
     return residual / mass if mass > MIN_RESIDUAL_MASS else p

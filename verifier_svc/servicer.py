@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 
+from specdec.acceptance_params import acceptance_from_proto
 from specdec.errors import FailedPrecondition, InvalidArgument, Unavailable
 from specdec.sampling_params import sampling_from_proto
 from specdec.tokenizer import Tokenizer
@@ -94,7 +95,8 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServicer):
                     self.sessions.reserve()
                     reserved = True
                     sampling, seed = sampling_from_proto(request.open.sampling)
-                    session = Session(target, list(request.open.prompt_token_ids), sampling, seed, self.limits)
+                    acceptance = acceptance_from_proto(request.open.acceptance)
+                    session = Session(target, list(request.open.prompt_token_ids), sampling, seed, self.limits, acceptance)
                 elif kind == "round":
                     if session is None:
                         raise FailedPrecondition("round", "no session: the stream's first message must be `open`")

@@ -2,7 +2,8 @@
 
 Each round is ONE target pass over the tokens not yet cached (the last committed token, or the
 whole prompt on the first round) plus the round's token tree; the exact rule (acceptance.py)
-then walks the tree, and the cache keeps only the committed prefix and the accepted path.
+then walks the tree, and the cache keeps only the committed prefix and the accepted path. A
+session may opt into a lossy rule instead (lossy_acceptance.py: lenient or mentored).
 """
 
 from __future__ import annotations
@@ -13,9 +14,11 @@ from dataclasses import dataclass
 
 import torch
 
+from specdec.acceptance_params import AcceptanceParams
 from specdec.errors import FailedPrecondition, InvalidArgument, ResourceExhausted
 from specdec.sampling_params import SamplingParams
 from verifier_svc.acceptance import RoundVerdict, verify_greedy, verify_speculative
+from verifier_svc.lossy_acceptance import make_rule, verify_greedy_lenient
 from verifier_svc.sampling import standardize
 from verifier_svc.target_model import TargetModel
 from verifier_svc.token_tree import ROOT, TokenTree, build_tree
@@ -52,7 +55,13 @@ class Session:
     """Committed tokens = prompt + everything emitted; the cache holds all but the last one."""
 
     def __init__(
-        self, target: TargetModel, prompt: list[int], sampling: SamplingParams, seed: int | None, limits: Limits
+        self,
+        target: TargetModel,
+        prompt: list[int],
+        sampling: SamplingParams,
+        seed: int | None,
+        limits: Limits,
+        acceptance: AcceptanceParams = AcceptanceParams(),
     ) -> None:
         if not prompt:
             raise InvalidArgument("open.prompt_token_ids", "must not be empty")
@@ -63,6 +72,9 @@ class Session:
             )
         _check_ids(prompt, target.vocab_size, "open.prompt_token_ids")
         sampling.validate("open.sampling")
+        acceptance.validate("open.acceptance", greedy=sampling.greedy)
+        self.acceptance = acceptance
+        self.rule = make_rule(acceptance)
         self.target = target
         self.limits = limits
         self.sampling = sampling
@@ -87,10 +99,12 @@ class Session:
         start = len(self.cache)
         pending = self.tokens[start:]
         logits = self.target.score(self.cache, pending, tree)  # [n+1, vocab]
-        if self.sampling.greedy:
+        if self.sampling.greedy and self.acceptance.rule == "lenient":
+            verdict = verify_greedy_lenient(logits, tree, self.acceptance.parameter)
+        elif self.sampling.greedy:
             verdict = verify_greedy(logits, tree)
         else:
-            verdict = verify_speculative(standardize(logits, self.sampling), tree, q_ids, q_probs, self.generator)
+            verdict = verify_speculative(standardize(logits, self.sampling), tree, q_ids, q_probs, self.generator, self.rule)
 
         self.tokens += [round_.tokens[i] for i in verdict.accepted_nodes] + [verdict.next_token]
         self.cache.keep(start + len(pending), verdict.accepted_nodes)

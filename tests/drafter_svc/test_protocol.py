@@ -57,3 +57,16 @@ def test_shapes_beyond_the_limits_are_refused(tokenizer, speculation: dict[str, 
     with pytest.raises(InvalidArgument) as error:
         shape(tokenizer, **speculation)
     assert error.value.field == field
+
+
+def test_acceptance_rule_reaches_the_verifier_and_bad_ones_are_refused(tokenizer) -> None:  # type: ignore[no-untyped-def]
+    from drafter_svc.protocol import open_message
+    from specdec.acceptance_params import AcceptanceParams
+
+    request = request_from_proto(build_request(token_ids=[1, 2, 3], acceptance="mentored:0.1"), tokenizer, LIMITS, TREE_DEFAULTS)
+    assert request.acceptance == AcceptanceParams("mentored", 0.1)
+    assert open_message(request).open.acceptance.rule == "mentored"
+    assert request_from_proto(build_request(token_ids=[1]), tokenizer, LIMITS, TREE_DEFAULTS).acceptance == AcceptanceParams()
+    with pytest.raises(InvalidArgument) as error:  # mentored at temperature 0
+        request_from_proto(build_request(token_ids=[1], temperature=0.0, acceptance="mentored:0.1"), tokenizer, LIMITS, TREE_DEFAULTS)
+    assert error.value.field == "acceptance.rule"

@@ -537,7 +537,7 @@ def test_tree_statistic_catches_a_rule_without_residuals(monkeypatch: pytest.Mon
 
     width, point_tokens, same_q = TREE_CASES["width 2, point masses, repeated siblings"]
     world = TreeWorld.make(0, width, same_q)
-    monkeypatch.setattr(acceptance, "_residual", lambda p, q_ids, q_probs: p)
+    monkeypatch.setattr(acceptance, "_residual", lambda p, q_ids, q_probs, scale=1.0: p)
     cells = sample_tree_outputs(world, width, point_tokens, NUM_TREE_SAMPLES // 2, seed=1)
     distance = (empirical(cells, TREE_VOCAB**3) - world.joint().double()).abs().sum().item()
     assert distance > l1_bound(TREE_VOCAB**3, NUM_TREE_SAMPLES // 2)
