@@ -39,7 +39,9 @@ def load_target(config: VerifierSettings) -> tuple[TargetModel, Tokenizer]:
 
 
 async def run(config: VerifierSettings) -> None:
-    servicer = VerifierServicer(config.max_sessions, config.max_draft_tokens, config.max_draft_depth, config.context_length)
+    servicer = VerifierServicer(
+        config.max_sessions, config.max_draft_tokens, config.max_draft_depth, config.context_length, config.prefix_cache_tokens
+    )
     metrics = VerifierMetrics(lambda: servicer.sessions.open, config.max_sessions, lambda: float(servicer.target is not None))
     serve_metrics(metrics.registry, config.host, config.metrics_port)
 

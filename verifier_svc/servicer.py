@@ -15,6 +15,7 @@ from specdec.sampling_params import sampling_from_proto
 from specdec.tokenizer import Tokenizer
 from specdec.v1 import verifier_pb2, verifier_pb2_grpc
 from verifier_svc.acceptance import RoundVerdict
+from verifier_svc.prefix_cache import PrefixCache
 from verifier_svc.session import Limits, RoundInput, Session, SessionTable
 from verifier_svc.target_model import TargetModel
 
@@ -42,8 +43,11 @@ def verdict_to_proto(verdict: RoundVerdict, seconds: float) -> verifier_pb2.Veri
 class VerifierServicer(verifier_pb2_grpc.VerifierServicer):
     """Serves once `ready` is set; target passes run one at a time on a worker thread."""
 
-    def __init__(self, max_sessions: int, max_draft_tokens: int, max_draft_depth: int, context_length: int) -> None:
+    def __init__(
+        self, max_sessions: int, max_draft_tokens: int, max_draft_depth: int, context_length: int, prefix_cache_tokens: int = 0
+    ) -> None:
         self.sessions = SessionTable(max_sessions)
+        self.prefix_cache = PrefixCache(prefix_cache_tokens)
         self.max_draft_tokens = max_draft_tokens
         self.max_draft_depth = max_draft_depth
         self.requested_context_length = context_length
@@ -96,7 +100,7 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServicer):
                     reserved = True
                     sampling, seed = sampling_from_proto(request.open.sampling)
                     acceptance = acceptance_from_proto(request.open.acceptance)
-                    session = Session(target, list(request.open.prompt_token_ids), sampling, seed, self.limits, acceptance)
+                    session = Session(target, list(request.open.prompt_token_ids), sampling, seed, self.limits, acceptance, self.prefix_cache)
                 elif kind == "round":
                     if session is None:
                         raise FailedPrecondition("round", "no session: the stream's first message must be `open`")

@@ -19,6 +19,7 @@ from specdec.errors import FailedPrecondition, InvalidArgument, ResourceExhauste
 from specdec.sampling_params import SamplingParams
 from verifier_svc.acceptance import RoundVerdict, verify_greedy, verify_speculative
 from verifier_svc.lossy_acceptance import make_rule, verify_greedy_lenient
+from verifier_svc.prefix_cache import PrefixCache
 from verifier_svc.sampling import standardize
 from verifier_svc.target_model import TargetModel
 from verifier_svc.token_tree import ROOT, TokenTree, build_tree
@@ -62,6 +63,7 @@ class Session:
         seed: int | None,
         limits: Limits,
         acceptance: AcceptanceParams = AcceptanceParams(),
+        prefix_cache: PrefixCache | None = None,
     ) -> None:
         if not prompt:
             raise InvalidArgument("open.prompt_token_ids", "must not be empty")
@@ -80,6 +82,10 @@ class Session:
         self.sampling = sampling
         self.tokens = list(prompt)
         self.cache = target.new_cache()
+        # The first round's pass covers the prompt beyond the longest stored prefix, then offers it.
+        self.prefix_cache = prefix_cache
+        self.reused_prompt_tokens = prefix_cache.lookup(prompt, self.cache) if prefix_cache else 0
+        self._prompt_offered = prefix_cache is None
         self.generator = torch.Generator().manual_seed(seed if seed is not None else int.from_bytes(os.urandom(8), "little") >> 1)
         self.closed = False
 
@@ -108,6 +114,9 @@ class Session:
 
         self.tokens += [round_.tokens[i] for i in verdict.accepted_nodes] + [verdict.next_token]
         self.cache.keep(start + len(pending), verdict.accepted_nodes)
+        if not self._prompt_offered and self.prefix_cache is not None:
+            self.prefix_cache.store(self.tokens[: start + len(pending) - 1], self.cache)  # the prompt but its last token
+            self._prompt_offered = True
         return verdict
 
 

@@ -16,6 +16,9 @@ class VerifierSettings:
     max_draft_tokens: int = field(default=32, metadata={"help": "drafted tokens (tree nodes) per round at most"})
     max_draft_depth: int = field(default=16, metadata={"help": "depth of a round's token tree at most"})
     context_length: int = field(default=0, metadata={"help": "tokens per session at most (0: the model's own limit)"})
+    # About 46 KB a token for SmolLM2-135M in float32 (30 layers x 3 KV heads x 64 x 2 x 4 bytes):
+    # 8192 tokens are ~0.4 GB.
+    prefix_cache_tokens: int = field(default=8192, metadata={"help": "prompt tokens whose keys/values are kept for reuse by later sessions (0: off)"})
     torch_threads: int = field(default=0, metadata={"help": "torch intra-op threads (0: torch's default)"})
     grace_seconds: float = field(default=20.0, metadata={"help": "on SIGTERM, how long running streams may finish"})
     health_port: int = field(default=0, metadata={"help": "also serve grpc.health.v1 in plaintext on this port, for probes (0: off)"})
