@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from drafter_svc.draft_policy import POLICY_NAMES
 from drafter_svc.drafter import DRAFTER_NAMES, Draft
 from specdec.errors import InvalidArgument
 from specdec.sampling_params import SamplingParams, sampling_from_proto, sampling_to_proto
@@ -24,6 +25,8 @@ class GenerationRequest:
     drafter: str
     num_draft_tokens: int  # tree depth; 0: no speculation
     max_tree_nodes: int  # >= num_draft_tokens; equal: a chain
+    draft_policy: str = "fixed"  # one of draft_policy.POLICY_NAMES; num_draft_tokens is its longest
+    overlap: bool = False  # draft the next round while the verifier checks this one
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,8 @@ class Defaults:
     num_draft_tokens: int
     max_tree_nodes: int
     max_new_tokens_cap: int
+    draft_policy: str = "auto"
+    overlap: bool = False
 
 
 @dataclass(frozen=True)
@@ -59,6 +64,10 @@ def request_from_proto(
     if drafter not in DRAFTER_NAMES:
         raise InvalidArgument("speculation.drafter", f"unknown drafter {drafter!r}; choose one of {', '.join(DRAFTER_NAMES)}")
     k, nodes = _tree_shape(msg.speculation, limits, defaults)
+    policy = msg.speculation.draft_policy or defaults.draft_policy
+    if policy not in POLICY_NAMES:
+        raise InvalidArgument("speculation.draft_policy", f"unknown draft policy {policy!r}; choose one of {', '.join(POLICY_NAMES)}")
+    overlap = msg.speculation.overlap if msg.speculation.HasField("overlap") else defaults.overlap
     return GenerationRequest(
         prompt_token_ids=prompt,
         max_new_tokens=msg.max_new_tokens,
@@ -68,6 +77,8 @@ def request_from_proto(
         drafter=drafter,
         num_draft_tokens=k,
         max_tree_nodes=nodes,
+        draft_policy=policy,
+        overlap=overlap,
     )
 
 

@@ -6,6 +6,7 @@ import asyncio
 import logging
 from collections.abc import Sequence
 
+from drafter_svc.draft_policy import POLICY_NAMES, PolicyState
 from drafter_svc.protocol import Defaults
 from drafter_svc.servicer import DrafterServicer
 from drafter_svc.settings import DrafterSettings
@@ -22,8 +23,13 @@ log = logging.getLogger(__name__)
 async def run(config: DrafterSettings) -> None:
     tokenizer = Tokenizer(tokenizer_dir(config.model))
     link = VerifierLink(config.verifier, tokenizer)
-    defaults = Defaults(config.drafter, config.num_draft_tokens, config.max_tree_nodes, config.max_new_tokens_cap)
-    servicer = DrafterServicer(link, defaults)
+    defaults = Defaults(
+        config.drafter, config.num_draft_tokens, config.max_tree_nodes, config.max_new_tokens_cap,
+        config.draft_policy, config.overlap,
+    )
+    if config.draft_policy not in POLICY_NAMES:
+        raise SystemExit(f"--draft-policy: unknown policy {config.draft_policy!r}; choose one of {', '.join(POLICY_NAMES)}")
+    servicer = DrafterServicer(link, defaults, PolicyState(config.stop_threshold, config.load_weight))
 
     def add_services(server) -> list[str]:  # type: ignore[no-untyped-def]
         drafter_pb2_grpc.add_DrafterServicer_to_server(servicer, server)

@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 
 import grpc
 
+from drafter_svc.draft_policy import PolicyState
 from drafter_svc.generation import generate
 from drafter_svc.protocol import Defaults, VerifierLimits, request_from_proto
 from drafter_svc.verifier_link import VerifierLink
@@ -13,9 +14,10 @@ from specdec.v1 import drafter_pb2, drafter_pb2_grpc
 
 
 class DrafterServicer(drafter_pb2_grpc.DrafterServicer):
-    def __init__(self, link: VerifierLink, defaults: Defaults) -> None:
+    def __init__(self, link: VerifierLink, defaults: Defaults, policies: PolicyState | None = None) -> None:
         self.link = link
         self.defaults = defaults
+        self.policies = policies or PolicyState()  # learned across this process's sessions
 
     async def Generate(
         self, request: drafter_pb2.GenerateRequest, context: grpc.aio.ServicerContext
@@ -23,5 +25,5 @@ class DrafterServicer(drafter_pb2_grpc.DrafterServicer):
         model_info, verifier_info = self.link.require_ready()
         limits = VerifierLimits(model_info.context_length, model_info.max_draft_tokens, model_info.max_draft_depth)
         generation = request_from_proto(request, self.link.tokenizer, limits, self.defaults)
-        async for response in generate(generation, self.link.stub, self.link.tokenizer, verifier_info):
+        async for response in generate(generation, self.link.stub, self.link.tokenizer, verifier_info, self.policies):
             yield response

@@ -33,10 +33,26 @@ class GenerationStats:
     drafter: str = ""
     num_draft_tokens: int = 0
     max_tree_nodes: int = 0
+    draft_policy: str = ""
+    overlap: bool = False
+    discarded_tokens: int = 0
+    overlap_hits: int = 0
+    overlap_misses: int = 0
+    hidden_draft_seconds: float = 0.0
 
     @property
     def tokens_per_second(self) -> float:
         return self.generated_tokens / self.total_seconds if self.total_seconds else 0.0
+
+    @property
+    def verification_rate(self) -> float:
+        """Target passes per generated token (SpecDec++'s N_target / N)."""
+        return self.rounds / self.generated_tokens if self.generated_tokens else 0.0
+
+    @property
+    def discard_rate(self) -> float:
+        """Discarded drafted tokens per generated token (SpecDec++'s N_discarded / N)."""
+        return self.discarded_tokens / self.generated_tokens if self.generated_tokens else 0.0
 
     @classmethod
     def from_proto(cls, msg: drafter_pb2.GenerationStats) -> GenerationStats:
@@ -75,6 +91,8 @@ def build_request(
     drafter: str = "",
     num_draft_tokens: int | None = None,
     max_tree_nodes: int | None = None,
+    draft_policy: str = "",
+    overlap: bool | None = None,
 ) -> drafter_pb2.GenerateRequest:
     """Exactly one of prompt (plain text), messages (chat) or token_ids."""
     if sum(x is not None for x in (prompt, messages, token_ids)) != 1:
@@ -83,7 +101,7 @@ def build_request(
         max_new_tokens=max_new_tokens,
         sampling=common_pb2.SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p),
         stop=list(stop),
-        speculation=drafter_pb2.SpeculationParams(drafter=drafter),
+        speculation=drafter_pb2.SpeculationParams(drafter=drafter, draft_policy=draft_policy),
     )
     if prompt is not None:
         request.text = prompt
@@ -97,6 +115,8 @@ def build_request(
         request.speculation.num_draft_tokens = num_draft_tokens
     if max_tree_nodes is not None:
         request.speculation.max_tree_nodes = max_tree_nodes
+    if overlap is not None:
+        request.speculation.overlap = overlap
     return request
 
 

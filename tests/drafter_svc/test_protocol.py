@@ -57,3 +57,22 @@ def test_shapes_beyond_the_limits_are_refused(tokenizer, speculation: dict[str, 
     with pytest.raises(InvalidArgument) as error:
         shape(tokenizer, **speculation)
     assert error.value.field == field
+
+
+def test_draft_policy_and_overlap_from_request_or_defaults(tokenizer) -> None:  # type: ignore[no-untyped-def]
+    def policy(**speculation) -> tuple[str, bool]:  # type: ignore[no-untyped-def]
+        request = request_from_proto(build_request(token_ids=[1, 2, 3], **speculation), tokenizer, LIMITS, TREE_DEFAULTS)
+        return request.draft_policy, request.overlap
+
+    assert policy() == ("auto", False)  # the server's defaults
+    assert policy(draft_policy="specdec++", overlap=True) == ("specdec++", True)
+    overlapping = Defaults("copy", 4, 12, 512, draft_policy="leviathan", overlap=True)
+    request = request_from_proto(build_request(token_ids=[1], overlap=False), tokenizer, LIMITS, overlapping)
+    assert (request.draft_policy, request.overlap) == ("leviathan", False)  # an explicit False wins
+
+
+def test_unknown_draft_policy_is_refused(tokenizer) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(InvalidArgument) as error:
+        shape(tokenizer, draft_policy="longest")
+    assert error.value.field == "speculation.draft_policy"
+    assert "specdec++" in error.value.message
