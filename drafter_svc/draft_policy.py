@@ -20,7 +20,8 @@ scaled in proportion (max_tree_nodes * d / num_draft_tokens). Policies, by name:
   a_i, the expected-rate objective of Leviathan's section 3 without its i.i.d. assumption.
 
 Load: the verifier reports how many rounds of other sessions were ahead of each round; every
-policy that prices nodes multiplies their cost by 1 + load_weight * queued_rounds. A node of our
+policy that prices nodes multiplies their cost by 1 + load_weight * queued_rounds, and specdec++
+divides its threshold by the same factor. A node of our
 pass delays every queued round too, and a verifier that batches (where a pass's fixed cost is
 shared) pays for drafted tokens in compute that the other sequences need; shorter drafts under
 load are what keeps speculation from getting slower than plain decoding (vLLM's complaint).
@@ -127,7 +128,8 @@ class SessionPolicy:
         if self.name == "copy-confidence":
             return min(max_depth, draft.match_lengths[path[0]]) if draft.match_lengths else max_depth
         if self.name == "specdec++":
-            return threshold_depth(self.predict(draft, path), self.state.stop_threshold)
+            threshold = self.state.stop_threshold / (1.0 + self.state.load_weight * self.load)
+            return threshold_depth(self.predict(draft, path), threshold)
         cost = self.cost()
         depths = range(min(len(path), max_depth) + 1)
         costs = [cost.of(min(scaled_nodes(d, max_depth, max_nodes), nodes_within(draft, d))) for d in depths]

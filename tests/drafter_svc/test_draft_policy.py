@@ -119,7 +119,7 @@ def test_online_predictor_learns_from_the_drafters_evidence() -> None:
     assert policy.depth(long, 8, 8) > policy.depth(short, 8, 8)
 
 
-@pytest.mark.parametrize("name", ["leviathan", "auto"])
+@pytest.mark.parametrize("name", ["leviathan", "auto", "specdec++"])
 def test_drafts_get_shorter_when_the_verifier_is_busy(name: str) -> None:
     shorter = 0
     for alpha in np.linspace(0.3, 0.95, 14):
