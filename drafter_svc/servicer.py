@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 
 import grpc
@@ -11,6 +12,8 @@ from drafter_svc.generation import generate
 from drafter_svc.protocol import Defaults, VerifierLimits, request_from_proto
 from drafter_svc.verifier_link import VerifierLink
 from specdec.v1 import drafter_pb2, drafter_pb2_grpc
+
+log = logging.getLogger(__name__)
 
 
 class DrafterServicer(drafter_pb2_grpc.DrafterServicer):
@@ -27,3 +30,10 @@ class DrafterServicer(drafter_pb2_grpc.DrafterServicer):
         generation = request_from_proto(request, self.link.tokenizer, limits, self.defaults)
         async for response in generate(generation, self.link.stub, self.link.tokenizer, verifier_info, self.policies):
             yield response
+        costs = self.policies.costs
+        fixed, per_node = costs.line()
+        log.info(
+            "pass costs after %d rounds: plain %.1f ms, with n drafts %.1f + %.2f n ms; predictor weights %s",
+            costs.observations, 1000 * costs.plain, 1000 * fixed, 1000 * per_node,
+            {name: [round(float(w), 2) for w in p.weights] for name, p in self.policies.predictors.items()},
+        )
