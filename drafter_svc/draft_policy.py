@@ -15,7 +15,7 @@ scaled in proportion (max_tree_nodes * d / num_draft_tokens). Policies, by name:
   still sent. a_i come from the online predictor of acceptance_predictor.py.
 - `copy-confidence`: d = the length of the context suffix the first token's prediction rests on
   (a copy draft's matched suffix, an n-gram draft's context): a long match predicts a long copy.
-- `auto` (the default): per-token predictions of specdec++ priced with the cost model of
+- `auto`: per-token predictions of specdec++ priced with the cost model of
   leviathan: the d maximizing E[tokens emitted] / cost, with E[tokens] = sum_{j=0..d} prod_{i<=j}
   a_i, the expected-rate objective of Leviathan's section 3 without its i.i.d. assumption.
 

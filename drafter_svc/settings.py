@@ -19,9 +19,12 @@ class DrafterSettings:
     max_tree_nodes: int = field(
         default=16, metadata={"help": "tree nodes per round at the default draft length (scaled with a request's own length)"}
     )
+    # `fixed` stays the default: in bench/results/spec_bench-20261122-122040 (greedy) and -1227*
+    # (temperature 1), no adaptive policy matched the best fixed length per category on this CPU
+    # (README, "Draft-length policies").
     draft_policy: str = field(
-        default="auto",
-        metadata={"help": "draft-length policy when a request names none: auto, fixed, leviathan, specdec++, copy-confidence"},
+        default="fixed",
+        metadata={"help": "draft-length policy when a request names none: fixed, auto, leviathan, specdec++, copy-confidence"},
     )
     overlap: bool = field(default=False, metadata={"help": "draft the next round while the verifier checks this one"})
     stop_threshold: float = field(
