@@ -44,6 +44,10 @@ from drafter_svc.pass_cost import PassCostModel, RelativeCost
 POLICY_NAMES: tuple[str, ...] = ("auto", "fixed", "leviathan", "specdec++", "copy-confidence")
 DEFAULT_STOP_THRESHOLD = 0.5  # the middle of SpecDec++'s grid {0.1, 0.3, 0.5, 0.7, 0.9}
 DEFAULT_LOAD_WEIGHT = 1.0
+# After this many rounds in a row in which a pricing policy (leviathan, auto) sent nothing although
+# the drafter had a draft, it sends its best non-empty depth once: without labels its estimates
+# of this session could never recover (a benchmark session declined every draft for 30 rounds).
+PROBE_AFTER = 3
 
 
 def expected_tokens(alpha: float, k: int) -> float:
@@ -116,6 +120,7 @@ class SessionPolicy:
         self.state = state
         self.session = SessionAcceptance(prior=state.drafter_acceptance(drafter).alpha)
         self.load = 0  # rounds ahead of our last round in the verifier
+        self.declined = 0  # rounds in a row that sent nothing although there was a draft
 
     def cost(self) -> RelativeCost:
         return self.state.costs.relative().scaled(1.0 + self.state.load_weight * self.load)
@@ -137,6 +142,8 @@ class SessionPolicy:
             gains = [expected_tokens(self.session.alpha, d) for d in depths]
         else:  # auto
             gains = list(np.cumsum(chain_acceptance(self.predict(draft, path))))[: len(costs)]
+        if self.declined >= PROBE_AFTER:
+            return 1 + best_depth(gains[1:], costs[1:])  # probe: the best depth of at least 1
         return best_depth(gains, costs)
 
     def predict(self, draft: Draft, nodes: Sequence[int]) -> np.ndarray:
@@ -165,7 +172,8 @@ class SessionPolicy:
             self.state.predictor(self.drafter).update(node_features(sent, path), labels, self.session.alpha)
             self.session.update(labels)
             self.state.drafter_acceptance(self.drafter).update(labels)
-        elif had_draft:
+        self.declined = self.declined + 1 if had_draft and not path else 0
+        if had_draft and not path:
             # The policy chose not to draft: no labels. Relax towards the drafter's mean so that a
             # session whose acceptance once dropped tries again.
             mean = self.state.drafter_acceptance(self.drafter).alpha

@@ -147,3 +147,18 @@ def test_no_draft_gives_an_empty_round_and_unknown_names_are_refused() -> None:
         assert len(SessionPolicy(name, "copy", PolicyState()).choose(Draft.point_masses([]), 8, 16)) == 0
     with pytest.raises(ValueError, match="unknown draft policy"):
         SessionPolicy("greedy-ish", "copy", PolicyState())
+
+
+@pytest.mark.parametrize("name", ["leviathan", "auto"])
+def test_a_policy_that_stopped_drafting_probes_again(name: str) -> None:
+    """A session whose estimates say "never draft" still sends a draft every few rounds, so its
+    estimates get labels and can recover."""
+    policy = SessionPolicy(name, "copy", PolicyState())
+    policy.session.alpha = 0.01
+    policy.state.drafter_acceptance("copy").alpha = 0.01
+    sent = []
+    for _ in range(12):
+        draft = policy.choose(CHAIN, 8, 8)
+        sent.append(len(draft))
+        policy.observe(draft, [0.0] * len(draft), seconds(len(draft)), 0, first_round=False, had_draft=True)
+    assert sent[:3] == [0, 0, 0] and sent.count(0) < len(sent) and all(n > 0 for n in sent[3::4])
