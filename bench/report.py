@@ -3,7 +3,9 @@
 Speedup is the median over prompts of tokens/s(system) / tokens/s(baseline) on the same prompt,
 so it pairs each measurement with the baseline's on the same input. Acceptance is pooled over a
 row's prompts, with vLLM's definitions: acceptance rate = accepted / drafted tokens, mean
-acceptance length = 1 + accepted tokens / target passes.
+acceptance length = 1 + accepted tokens / target passes. SpecDec++'s hardware-independent rates
+are pooled too: verification rate = target passes / generated tokens, discard rate = discarded
+drafted tokens / generated tokens.
 """
 
 from __future__ import annotations
@@ -38,6 +40,11 @@ class Record:
     accepted_tokens: int | None = None
     server_seconds: float | None = None
     time_to_first_token_seconds: float | None = None
+    discarded_tokens: int | None = None
+    overlap_hits: int | None = None
+    overlap_misses: int | None = None
+    hidden_draft_seconds: float | None = None
+    draft_seconds: float | None = None
     differs_from_baseline: bool | None = None  # greedy runs only
     first_difference: int | None = None  # index of the first token that differs
     text: str | None = None
@@ -74,7 +81,9 @@ def make_record(
         **base, prompt_tokens=out.prompt_tokens, new_tokens=len(out.token_ids), wall_seconds=out.wall_seconds,
         tokens_per_second=tps, speedup=speedup, finish_reason=out.finish_reason, rounds=out.rounds,
         drafted_tokens=out.drafted_tokens, accepted_tokens=out.accepted_tokens, server_seconds=out.server_seconds,
-        time_to_first_token_seconds=out.time_to_first_token_seconds, differs_from_baseline=differs,
+        time_to_first_token_seconds=out.time_to_first_token_seconds, discarded_tokens=out.discarded_tokens,
+        overlap_hits=out.overlap_hits, overlap_misses=out.overlap_misses,
+        hidden_draft_seconds=out.hidden_draft_seconds, draft_seconds=out.draft_seconds, differs_from_baseline=differs,
         first_difference=first, text=out.text,
     )
 
@@ -90,6 +99,11 @@ class Summary:
     acceptance_rate: float | None  # pooled; None when nothing was drafted
     mean_acceptance_length: float | None  # pooled; None when nothing was drafted
     differs_from_baseline: int | None  # prompts whose tokens differ; None unless greedy
+    verification_rate: float | None = None  # target passes / generated tokens, pooled
+    discard_rate: float | None = None  # discarded drafted tokens / generated tokens, pooled
+    overlap_hit_rate: float | None = None  # hits / (hits + misses); None without overlap
+    hidden_draft_ms_per_token: float | None = None  # drafting ms that overlapped verification, per token
+    draft_ms_per_token: float | None = None  # drafting ms on the critical path, per token
 
 
 def _median(values: Sequence[float | None]) -> float | None:
@@ -102,6 +116,10 @@ def _summarize(row: str, system: str, records: Sequence[Record], greedy: bool) -
     drafted = sum(r.drafted_tokens or 0 for r in ok)
     accepted = sum(r.accepted_tokens or 0 for r in ok)
     rounds = sum(r.rounds or 0 for r in ok)
+    tokens = sum(r.new_tokens or 0 for r in ok)
+    hits = sum(r.overlap_hits or 0 for r in ok)
+    tries = hits + sum(r.overlap_misses or 0 for r in ok)
+    counted = tokens and any(r.rounds is not None for r in ok)
     return Summary(
         row=row, system=system, prompts=len(ok), failures=len(records) - len(ok),
         tokens_per_second=_median([r.tokens_per_second for r in ok]),
@@ -109,6 +127,11 @@ def _summarize(row: str, system: str, records: Sequence[Record], greedy: bool) -
         acceptance_rate=accepted / drafted if drafted else None,
         mean_acceptance_length=1 + accepted / rounds if drafted and rounds else None,
         differs_from_baseline=sum(bool(r.differs_from_baseline) for r in ok) if greedy else None,
+        verification_rate=rounds / tokens if counted else None,
+        discard_rate=sum(r.discarded_tokens or 0 for r in ok) / tokens if counted else None,
+        overlap_hit_rate=hits / tries if tries else None,
+        hidden_draft_ms_per_token=1000 * sum(r.hidden_draft_seconds or 0 for r in ok) / tokens if tries else None,
+        draft_ms_per_token=1000 * sum(r.draft_seconds or 0 for r in ok) / tokens if counted else None,
     )
 
 
@@ -130,9 +153,9 @@ def _fmt(value: float | int | None, spec: str) -> str:
 def markdown_table(summaries: Sequence[Summary]) -> str:
     header = (
         "| task | system | prompts | tok/s (median) | speedup vs baseline | acceptance rate "
-        "| mean acceptance length | outputs differing from baseline |"
+        "| mean acceptance length | verification rate | discard rate | outputs differing from baseline |"
     )
-    lines = [header, "|" + "---|" * 8]
+    lines = [header, "|" + "---|" * 10]
     for s in summaries:
         failed = f" ({s.failures} failed)" if s.failures else ""
         speedup = "1.00x" if s.system == BASELINE else _fmt(s.speedup, ".2f") + ("x" if s.speedup is not None else "")
@@ -140,6 +163,33 @@ def markdown_table(summaries: Sequence[Summary]) -> str:
         lines.append(
             f"| {task} | {s.system} | {s.prompts}{failed} | {_fmt(s.tokens_per_second, '.1f')} | {speedup} "
             f"| {_fmt(s.acceptance_rate, '.2f')} | {_fmt(s.mean_acceptance_length, '.2f')} "
+            f"| {_fmt(s.verification_rate, '.3f')} | {_fmt(s.discard_rate, '.3f')} "
             f"| {_fmt(s.differs_from_baseline, 'd')} |"
         )
+    return "\n".join(lines)
+
+
+def policy_table(summaries: Sequence[Summary], fixed: Sequence[str], others: Sequence[str]) -> str:
+    """Per row: the best of the `fixed` systems by speedup, chosen after the fact (the strongest
+    fixed-length baseline), next to each of `others` (policies, overlap), as speedup and
+    verification / discard rate; with overlap, its hit rate and the drafting it hid."""
+    by = {(s.row, s.system): s for s in summaries}
+    rows = list(dict.fromkeys(s.row for s in summaries))
+    header = "| task | best fixed K (after the fact) | " + " | ".join(others) + " |"
+    lines = [header, "|" + "---|" * (2 + len(others))]
+
+    def cell(s: Summary | None) -> str:
+        if s is None or s.speedup is None:
+            return "-"
+        text = f"{s.speedup:.2f}x ({_fmt(s.verification_rate, '.2f')} / {_fmt(s.discard_rate, '.2f')})"
+        if s.overlap_hit_rate is not None:
+            text += f", hits {s.overlap_hit_rate:.0%}, hid {_fmt(s.hidden_draft_ms_per_token, '.3f')} ms/token"
+        return text
+
+    for row in rows:
+        candidates = [by[(row, f)] for f in fixed if (row, f) in by and by[(row, f)].speedup is not None]
+        best = max(candidates, key=lambda s: s.speedup or 0.0, default=None)
+        task = f"**{row}**" if row == OVERALL else row
+        best_cell = f"{best.system}: {cell(best)}" if best else "-"
+        lines.append(f"| {task} | {best_cell} | " + " | ".join(cell(by.get((row, o))) for o in others) + " |")
     return "\n".join(lines)

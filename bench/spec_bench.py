@@ -22,8 +22,8 @@ import grpc
 
 from bench.machine import describe
 from bench.prompts import QUESTIONS_FILE, TASKS, Prompt, bench_dir, load_questions, select
-from bench.report import Record, Summary, make_record, markdown_table, summarize
-from bench.systems import DEFAULT_CONFIGS, Decoding, Output, SpecdecSystem, System, parse_configs
+from bench.report import Record, Summary, make_record, markdown_table, policy_table, summarize
+from bench.systems import DEFAULT_CONFIGS, Decoding, Output, SpecdecConfig, SpecdecSystem, System, parse_configs
 from specdec.client import Client
 from specdec.launcher import LocalCluster
 
@@ -45,7 +45,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                         "or single MT-bench categories (writing, coding, ...); default: the six tasks")
     p.add_argument("--configs", default=",".join(DEFAULT_CONFIGS), metavar="A,B",
                    help="specdec configurations: baseline (k=0, always run), DRAFTER-kN (chains) or DRAFTER-kN-tM "
-                        "(trees of M nodes), e.g. copy-k8, ngram-k4, copy-k4-t12")
+                        "(trees of M nodes), e.g. copy-k8, ngram-k4, copy-k4-t12; a suffix -POLICY (auto, leviathan, "
+                        "specdec++, copy-confidence, fixed) and -overlap, e.g. copy-k8-auto-overlap")
     p.add_argument("--peers", action="store_true",
                    help="also run transformers' generate(): plain (hf-generate) and with prompt lookup (hf-prompt-lookup)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 (default) is greedy and checks outputs")
@@ -109,7 +110,8 @@ def _problems(records: Sequence[Record], speculative: set[str]) -> tuple[list[st
 
 
 def _write(args: argparse.Namespace, argv: Sequence[str], started: datetime, elapsed: float, machine: dict[str, object],
-           systems: Sequence[str], records: Sequence[Record], summaries: Sequence[Summary], warnings: Sequence[str]) -> None:
+           systems: Sequence[str], records: Sequence[Record], summaries: Sequence[Summary], warnings: Sequence[str],
+           configs: Sequence[SpecdecConfig] = ()) -> None:
     """Print the Markdown report and write it, with a JSON of everything, under args.out."""
     title = (f"Spec-Bench, {len(records) // len(systems)} prompts ({args.per_category} per row), "
              f"{args.max_new_tokens} new tokens, temperature {args.temperature}, {started:%Y-%m-%d %H:%M} UTC")
@@ -119,6 +121,11 @@ def _write(args: argparse.Namespace, argv: Sequence[str], started: datetime, ela
               "columns explained in bench/README.md")
     notes = "".join(f"\n- warning: {w}" for w in warnings)
     text = f"# {title}\n\n{machine_line}\n\n{markdown_table(summaries)}\n\n{legend}\n{notes}\n"
+    fixed = [c.name for c in configs if c.num_draft_tokens > 0 and c.draft_policy == "fixed" and not c.overlap]
+    others = [c.name for c in configs if c.num_draft_tokens > 0 and c.name not in fixed]
+    if fixed and others:
+        text += (f"\n## Draft-length policies and overlap\n\nSpeedup vs baseline (verification rate / discard rate: target "
+                 f"passes and discarded drafts per generated token)\n\n{policy_table(summaries, fixed, others)}\n")
     print(text)
 
     stamp = started.strftime("%Y%m%d-%H%M%S")
@@ -167,7 +174,7 @@ def main(argv: Sequence[str]) -> int:
     names = [s.name for s in systems]
     summaries = summarize(records, rows, names, greedy=args.temperature == 0.0)
     warnings, failed = _problems(records, {c.name for c in configs if c.num_draft_tokens > 0})
-    _write(args, argv, started, elapsed, machine, names, records, summaries, warnings)
+    _write(args, argv, started, elapsed, machine, names, records, summaries, warnings, configs)
     return 1 if failed else 0
 
 

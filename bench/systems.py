@@ -1,9 +1,13 @@
-"""The systems under test: specdec configurations, each a drafter, a draft length k and a tree size.
+"""The systems under test: specdec configurations, each a drafter, a draft length k, a tree size,
+a draft-length policy and overlap on or off.
 
 A configuration is named `baseline` (k = 0: no speculation, one target pass per token through
 the same two services), `DRAFTER-kN` for chains of N drafts, e.g. `copy-k8`, or `DRAFTER-kN-tM`
-for token trees of depth N with M nodes, e.g. `copy-k4-t12`. Every system is timed the same way:
-wall-clock seconds of one generate call, seen by the caller.
+for token trees of depth N with M nodes, e.g. `copy-k4-t12`; these draft a fixed length. A
+policy suffix makes N the longest draft a policy may choose (`copy-k8-auto`, `copy-k8-leviathan`,
+`copy-k8-specdec++`, `copy-k8-copy-confidence`, `copy-k8-fixed`), and `-overlap` turns on
+overlapped drafting (`copy-k8-auto-overlap`). Every system is timed the same way: wall-clock
+seconds of one generate call, seen by the caller.
 """
 
 from __future__ import annotations
@@ -13,12 +17,16 @@ import time
 from dataclasses import dataclass
 from typing import Protocol
 
+from drafter_svc.draft_policy import POLICY_NAMES
 from drafter_svc.drafter import DRAFTER_NAMES
 from specdec.client import Client
 
 BASELINE = "baseline"
 DEFAULT_CONFIGS: tuple[str, ...] = (BASELINE, "copy-k4", "copy-k8", "ngram-k4")
-_CONFIG_NAME = re.compile(r"(?P<drafter>[a-z_]+)-k(?P<k>\d+)(-t(?P<nodes>\d+))?")
+_CONFIG_NAME = re.compile(
+    r"(?P<drafter>[a-z_]+)-k(?P<k>\d+)(-t(?P<nodes>\d+))?"
+    rf"(-(?P<policy>{'|'.join(re.escape(p) for p in POLICY_NAMES)}))?(?P<overlap>-overlap)?"
+)
 
 
 @dataclass(frozen=True)
@@ -48,6 +56,11 @@ class Output:
     accepted_tokens: int | None = None
     server_seconds: float | None = None  # the drafter service's own total_seconds
     time_to_first_token_seconds: float | None = None
+    discarded_tokens: int | None = None  # drafted nodes not on an accepted path
+    overlap_hits: int | None = None
+    overlap_misses: int | None = None
+    hidden_draft_seconds: float | None = None
+    draft_seconds: float | None = None
 
 
 class System(Protocol):
@@ -63,19 +76,27 @@ class SpecdecConfig:
     num_draft_tokens: int
     max_tree_nodes: int  # = num_draft_tokens: a chain
     acceptance: str | None = None  # "exact", "lenient:L", "mentored:D"; None: the server's default (exact)
+    draft_policy: str = "fixed"
+    overlap: bool = False
 
 
 def parse_config(name: str) -> SpecdecConfig:
-    """`baseline`, `DRAFTER-kN` (N >= 1) or `DRAFTER-kN-tM` (M > N); ValueError otherwise."""
+    """`baseline`, `DRAFTER-kN` (N >= 1) or `DRAFTER-kN-tM` (M > N), each optionally followed by
+    `-POLICY` and `-overlap`; ValueError otherwise. Without a policy: fixed."""
     if name == BASELINE:
         return SpecdecConfig(BASELINE, "", 0, 0)
     match = _CONFIG_NAME.fullmatch(name)
     if not match or int(match["k"]) < 1 or (match["nodes"] and int(match["nodes"]) <= int(match["k"])):
-        raise ValueError(f"bad config {name!r}: expected {BASELINE!r}, DRAFTER-kN or DRAFTER-kN-tM (M > N), e.g. copy-k8, copy-k4-t12")
+        raise ValueError(
+            f"bad config {name!r}: expected {BASELINE!r}, DRAFTER-kN or DRAFTER-kN-tM (M > N), then optionally "
+            f"-POLICY ({', '.join(POLICY_NAMES)}) and -overlap, e.g. copy-k8, copy-k4-t12, copy-k8-auto-overlap"
+        )
     if match["drafter"] not in DRAFTER_NAMES:
         raise ValueError(f"bad config {name!r}: drafters are {', '.join(DRAFTER_NAMES)}")
     k = int(match["k"])
-    return SpecdecConfig(name, match["drafter"], k, int(match["nodes"] or k))
+    return SpecdecConfig(
+        name, match["drafter"], k, int(match["nodes"] or k), draft_policy=match["policy"] or "fixed", overlap=bool(match["overlap"])
+    )
 
 
 def parse_configs(names: str) -> list[SpecdecConfig]:
@@ -106,6 +127,8 @@ class SpecdecSystem:
             num_draft_tokens=self._config.num_draft_tokens,
             max_tree_nodes=self._config.max_tree_nodes,
             acceptance=self._config.acceptance,
+            draft_policy=self._config.draft_policy or "fixed",
+            overlap=self._config.overlap,
         )
         wall = time.perf_counter() - started
         s = result.stats
@@ -120,4 +143,9 @@ class SpecdecSystem:
             accepted_tokens=s.accepted_tokens,
             server_seconds=s.total_seconds,
             time_to_first_token_seconds=s.time_to_first_token_seconds,
+            discarded_tokens=s.discarded_tokens,
+            overlap_hits=s.overlap_hits,
+            overlap_misses=s.overlap_misses,
+            hidden_draft_seconds=s.hidden_draft_seconds,
+            draft_seconds=s.draft_seconds,
         )

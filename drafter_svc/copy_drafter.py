@@ -82,10 +82,10 @@ class CopyDrafter:
             for end in self._recent_ends(tuple(context[length - n : length])):
                 if end not in examined:
                     examined.add(end)
-                    trie.insert(copy_from(context, end, budget))
+                    trie.insert(copy_from(context, end, budget), n)
                     if trie.full():
                         break
-        return Draft.point_masses(trie.token_ids, trie.parents)
+        return Draft.point_masses(trie.token_ids, trie.parents, trie.match_lengths)
 
     def observe(self, feedback: Feedback) -> None:
         """Nothing to learn: the emitted tokens arrive with the next context."""
@@ -126,13 +126,15 @@ class _Trie:
         self.max_nodes = max_nodes
         self.token_ids: list[int] = []
         self.parents: list[int] = []
+        self.match_lengths: list[int] = []  # of the suffix match whose copy added each node
         self._children: dict[tuple[int, int], int] = {}  # (parent, token) -> node
 
     def full(self) -> bool:
         return len(self.token_ids) >= self.max_nodes
 
-    def insert(self, tokens: Sequence[int]) -> None:
-        """Add the path `tokens` from the root, cut where the trie runs out of nodes."""
+    def insert(self, tokens: Sequence[int], match_length: int) -> None:
+        """Add the path `tokens` (copied after a `match_length`-token suffix match) from the root,
+        cut where the trie runs out of nodes."""
         node = ROOT
         for token in tokens:
             child = self._children.get((node, token))
@@ -142,6 +144,7 @@ class _Trie:
                 child = self._children[(node, token)] = len(self.token_ids)
                 self.token_ids.append(token)
                 self.parents.append(node)
+                self.match_lengths.append(match_length)
             node = child
 
 

@@ -11,7 +11,7 @@ draft means "decode normally".
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 
@@ -28,12 +28,20 @@ class Draft:
     q_token_ids[i] contains token_ids[i]. Siblings must be independent draws from the q they
     declare; a deterministic drafter declares point masses ([t], [1.0]) and may branch freely.
     Empty draft = decode normally.
+
+    Optional per-node evidence the drafter had, read by draft-length policies (draft_policy.py),
+    never by the verifier: match_lengths[i] is how many context tokens the prediction of node i
+    rests on (the matched suffix of a copy draft, the backed-off context of an n-gram draft);
+    confidences[i] is the drafter's own estimate in [0, 1] that the token comes next (an n-gram
+    draft's empirical frequency). Empty: unknown. Not part of equality: the same tree is the same draft.
     """
 
     token_ids: list[int]
     parents: list[int]
     q_token_ids: list[list[int]]
     q_probs: list[list[float]]
+    match_lengths: list[int] = field(default_factory=list, compare=False)
+    confidences: list[float] = field(default_factory=list, compare=False)
 
     def __post_init__(self) -> None:
         if not len(self.token_ids) == len(self.parents) == len(self.q_token_ids) == len(self.q_probs):
@@ -44,14 +52,25 @@ class Draft:
         for token, ids, probs in zip(self.token_ids, self.q_token_ids, self.q_probs):
             if len(ids) != len(probs) or token not in ids:
                 raise ValueError("each q must list its drafted token, with one probability per token id")
+        for name in ("match_lengths", "confidences"):
+            if getattr(self, name) and len(getattr(self, name)) != len(self.token_ids):
+                raise ValueError(f"{name} must be empty or have one entry per node")
+        for name in ("match_lengths", "confidences"):
+            if getattr(self, name) and len(getattr(self, name)) != len(self.token_ids):
+                raise ValueError(f"{name} must be empty or have one entry per node")
 
     @staticmethod
-    def point_masses(token_ids: Sequence[int], parents: Sequence[int] | None = None) -> Draft:
+    def point_masses(
+        token_ids: Sequence[int],
+        parents: Sequence[int] | None = None,
+        match_lengths: Sequence[int] = (),
+        confidences: Sequence[float] = (),
+    ) -> Draft:
         """The draft of a deterministic drafter: q_i puts all its mass on token_ids[i]. Without
         parents the tokens form a chain."""
         ids = [int(t) for t in token_ids]
         tree = list(range(ROOT, len(ids) - 1)) if parents is None else [int(p) for p in parents]
-        return Draft(ids, tree, [[t] for t in ids], [[1.0] for _ in ids])
+        return Draft(ids, tree, [[t] for t in ids], [[1.0] for _ in ids], list(match_lengths), list(confidences))
 
     def __len__(self) -> int:
         return len(self.token_ids)

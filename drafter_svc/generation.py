@@ -1,8 +1,10 @@
 """The round loop of one generation: draft, send the round to the verifier, stream the result.
 
 Each round: the drafter proposes a token tree (depth up to k, a chain or branches) with each
-node's q; the verifier answers in one target pass with the accepted path plus a recovered or bonus
-token; the drafter learns from the verdict.
+node's q; the request's draft-length policy cuts it to the depth it chooses (draft_policy.py); the
+verifier answers in one target pass with the accepted path plus a recovered or bonus token; the
+drafter and the policy learn from the verdict. With overlap on, the next round is pre-drafted
+while the verifier works (overlap.py) and used when the verdict matches its guess.
 With k = 0 every round is one plain target step: the no-speculation baseline on the same path.
 """
 
@@ -15,7 +17,10 @@ from dataclasses import dataclass, field
 import grpc
 
 from drafter_svc.detokenizer import IncrementalDetokenizer
+from drafter_svc.draft_policy import PolicyState, SessionPolicy
+from drafter_svc.draft_tree import cut, primary_path
 from drafter_svc.drafter import ROOT, Draft, Feedback, make_drafter
+from drafter_svc.overlap import Prefetcher
 from drafter_svc.protocol import GenerationRequest, open_message, round_message
 from drafter_svc.stop_strings import StopStringMatcher
 from specdec.errors import Unavailable
@@ -30,6 +35,8 @@ class Stats:
     num_draft_tokens: int
     max_tree_nodes: int
     acceptance_rule: str = "exact"
+    draft_policy: str = ""
+    overlap: bool = False
     generated_tokens: int = 0
     rounds: int = 0
     drafted_tokens: int = 0
@@ -38,6 +45,9 @@ class Stats:
     verify_seconds: float = 0.0
     round_trip_seconds: float = 0.0
     time_to_first_token_seconds: float = 0.0
+    overlap_hits: int = 0
+    overlap_misses: int = 0
+    hidden_draft_seconds: float = 0.0
     started: float = field(default_factory=time.perf_counter)
 
     def to_proto(self) -> drafter_pb2.GenerationStats:
@@ -58,6 +68,12 @@ class Stats:
             num_draft_tokens=self.num_draft_tokens,
             max_tree_nodes=self.max_tree_nodes,
             acceptance_rule=self.acceptance_rule,
+            draft_policy=self.draft_policy,
+            overlap=self.overlap,
+            discarded_tokens=self.drafted_tokens - self.accepted_tokens,
+            overlap_hits=self.overlap_hits,
+            overlap_misses=self.overlap_misses,
+            hidden_draft_seconds=self.hidden_draft_seconds,
         )
 
 
@@ -78,13 +94,22 @@ class VerifierInfo:
 
 
 async def generate(
-    request: GenerationRequest, stub: verifier_pb2_grpc.VerifierStub, tokenizer: Tokenizer, info: VerifierInfo
+    request: GenerationRequest,
+    stub: verifier_pb2_grpc.VerifierStub,
+    tokenizer: Tokenizer,
+    info: VerifierInfo,
+    policies: PolicyState | None = None,
 ) -> AsyncIterator[drafter_pb2.GenerateResponse]:
-    """Yield text deltas with their token ids; the last response has the finish reason and stats."""
+    """Yield text deltas with their token ids; the last response has the finish reason and stats.
+    `policies` is the drafter process's learned policy state (a fresh one if None)."""
     stats = Stats(
-        len(request.prompt_token_ids), request.drafter, request.num_draft_tokens, request.max_tree_nodes, str(request.acceptance)
+        len(request.prompt_token_ids), request.drafter, request.num_draft_tokens, request.max_tree_nodes,
+        str(request.acceptance), request.draft_policy, request.overlap,
     )
     drafter = make_drafter(request.drafter)
+    policy = SessionPolicy(request.draft_policy, request.drafter, policies or PolicyState())
+    prefetcher = Prefetcher(make_drafter(request.drafter)) if request.overlap and request.num_draft_tokens > 0 else None
+    ahead: Draft | None = None  # the pre-drafted round, when the last verdict matched its guess
     detokenizer = IncrementalDetokenizer(tokenizer.decode, request.prompt_token_ids)
     stopper = StopStringMatcher(request.stop)
     context = list(request.prompt_token_ids)
@@ -95,11 +120,21 @@ async def generate(
             room = min(request.max_new_tokens - stats.generated_tokens, info.context_length - len(context))
             budget = min(request.num_draft_tokens, room - 1)
             started = time.perf_counter()
-            draft = drafter.propose(context, budget, request.max_tree_nodes) if budget > 0 else Draft.point_masses([])
+            full = draft = Draft.point_masses([])
+            if budget > 0:
+                if ahead is not None:
+                    full = cut(ahead, budget, request.max_tree_nodes)
+                else:
+                    full = drafter.propose(context, budget, request.max_tree_nodes)
+                draft = policy.choose(full, budget, request.max_tree_nodes)
             stats.draft_seconds += time.perf_counter() - started
 
             started = time.perf_counter()
             await call.write(round_message(draft))
+            next_budget = min(request.num_draft_tokens, room - len(primary_path(draft)) - 2)
+            if prefetcher is not None:
+                # Runs while the verifier checks `draft`; the verdict waits in the stream meanwhile.
+                prefetcher.start(context, draft, next_budget, request.max_tree_nodes)
             verdict: verifier_pb2.VerifyResponse = await call.read()
             if verdict is grpc.aio.EOF:
                 raise Unavailable("", "the verifier ended the session unexpectedly")
@@ -109,6 +144,19 @@ async def generate(
             path = _accepted_path(draft, list(verdict.accepted_nodes))
             emitted = [*draft.path_tokens(path), verdict.next_token_id]
             drafter.observe(Feedback(len(draft), path, list(verdict.acceptance_probs), emitted))
+            policy.observe(
+                draft, list(verdict.acceptance_probs), verdict.verify_seconds, verdict.queued_rounds,
+                first_round=stats.rounds == 0, had_draft=len(full) > 0,
+            )
+            if prefetcher is not None and next_budget > 0:
+                ahead = prefetcher.take(path, verdict.next_token_id)
+                if ahead is None:
+                    stats.overlap_misses += 1
+                else:
+                    stats.overlap_hits += 1
+                    stats.hidden_draft_seconds += prefetcher.last_seconds
+            else:
+                ahead = None
             stats.rounds += 1
             stats.drafted_tokens += len(draft)
             stats.accepted_tokens += len(path)

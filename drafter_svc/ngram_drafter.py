@@ -97,25 +97,27 @@ class NgramDrafter:
         # The greedy chain, exactly as without a tree.
         node = ROOT
         while len(tree) < min(budget, node_budget):
-            entry = self._longest_seen(tree.windows[node])
-            if entry is None:
+            seen = self._longest_seen(tree.windows[node])
+            if seen is None:
                 break
+            k, entry = seen
             if isinstance(entry, int):
-                node = tree.add(node, entry, 1.0)
+                node = tree.add(node, entry, 1.0, k)
             else:
-                node = tree.add(node, entry.best, entry.best_count / entry.total)
+                node = tree.add(node, entry.best, entry.best_count / entry.total, k)
         if node_budget <= budget:
             return tree.draft()
         # Then best-first. Each node keeps one candidate on the heap, its most frequent continuation
         # not yet drafted (of rank `rank`), scored by the path it would end.
         ranked: dict[int, list[tuple[int, float]]] = {}
+        orders: dict[int, int] = {}  # the backed-off context length of each parent's candidates
         frontier: list[tuple[float, int, int]] = []  # (-score, parent, rank)
 
         def push(parent: int, rank: int) -> None:
             if tree.depths[parent] >= budget:
                 return
             if parent not in ranked:
-                ranked[parent] = self._ranked(tree.windows[parent], node_budget)
+                ranked[parent], orders[parent] = self._ranked(tree.windows[parent], node_budget)
             if rank < len(ranked[parent]):
                 heapq.heappush(frontier, (-tree.scores[parent] * ranked[parent][rank][1], parent, rank))
 
@@ -126,7 +128,7 @@ class NgramDrafter:
         while frontier and len(tree) < node_budget:
             _, parent, rank = heapq.heappop(frontier)
             token, frequency = ranked[parent][rank]
-            child = tree.add(parent, token, frequency)
+            child = tree.add(parent, token, frequency, orders[parent])
             push(parent, rank + 1)
             push(child, 0)
         return tree.draft()
@@ -134,22 +136,25 @@ class NgramDrafter:
     def observe(self, feedback: Feedback) -> None:
         """Nothing to learn: the emitted tokens arrive with the next context."""
 
-    def _longest_seen(self, recent: Sequence[int]) -> int | Continuations | None:
-        """The continuations of the longest suffix of `recent` seen followed by a token."""
+    def _longest_seen(self, recent: Sequence[int]) -> tuple[int, int | Continuations] | None:
+        """The length of the longest suffix of `recent` seen followed by a token, and its
+        continuations."""
         for k in range(min(self.max_context, len(recent)), self.min_context - 1, -1):
             entry = self._table.get(tuple(recent[len(recent) - k :]))
             if entry is not None:
-                return entry
+                return k, entry
         return None
 
-    def _ranked(self, recent: Sequence[int], k: int) -> list[tuple[int, float]]:
-        """The k most frequent continuations of `recent` (backed off), with their frequencies."""
-        entry = self._longest_seen(recent)
-        if entry is None:
-            return []
+    def _ranked(self, recent: Sequence[int], k: int) -> tuple[list[tuple[int, float]], int]:
+        """The k most frequent continuations of `recent` (backed off), with their frequencies, and
+        the length of the context they follow."""
+        seen = self._longest_seen(recent)
+        if seen is None:
+            return [], 0
+        order, entry = seen
         if isinstance(entry, int):
-            return [(entry, 1.0)]
-        return [(token, count / entry.total) for token, count in entry.top(k)]
+            return [(entry, 1.0)], order
+        return [(token, count / entry.total) for token, count in entry.top(k)], order
 
     def _index(self, context: Sequence[int]) -> None:
         if not self._cursor.extended_by(context):
@@ -182,18 +187,22 @@ class _Tree:
         self.windows: dict[int, list[int]] = {ROOT: recent}
         self.depths: dict[int, int] = {ROOT: 0}
         self.scores: dict[int, float] = {ROOT: 1.0}
+        self.orders: list[int] = []  # the context length each node's prediction rests on
+        self.frequencies: list[float] = []
 
     def __len__(self) -> int:
         return len(self.token_ids)
 
-    def add(self, parent: int, token: int, frequency: float) -> int:
+    def add(self, parent: int, token: int, frequency: float, order: int) -> int:
         node = len(self.token_ids)
         self.token_ids.append(token)
         self.parents.append(parent)
         self.windows[node] = (self.windows[parent] + [token])[-self.max_context :]
         self.depths[node] = self.depths[parent] + 1
         self.scores[node] = self.scores[parent] * frequency
+        self.orders.append(order)
+        self.frequencies.append(frequency)
         return node
 
     def draft(self) -> Draft:
-        return Draft.point_masses(self.token_ids, self.parents)
+        return Draft.point_masses(self.token_ids, self.parents, self.orders, self.frequencies)

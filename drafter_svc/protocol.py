@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from drafter_svc.draft_policy import POLICY_NAMES
 from drafter_svc.drafter import DRAFTER_NAMES, Draft
 from specdec.acceptance_params import AcceptanceParams, acceptance_from_proto, acceptance_to_proto
 from specdec.errors import InvalidArgument
@@ -26,6 +27,8 @@ class GenerationRequest:
     num_draft_tokens: int  # tree depth; 0: no speculation
     max_tree_nodes: int  # >= num_draft_tokens; equal: a chain
     acceptance: AcceptanceParams = AcceptanceParams()
+    draft_policy: str = "fixed"  # one of draft_policy.POLICY_NAMES; num_draft_tokens is its longest
+    overlap: bool = False  # draft the next round while the verifier checks this one
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,8 @@ class Defaults:
     num_draft_tokens: int
     max_tree_nodes: int
     max_new_tokens_cap: int
+    draft_policy: str = "fixed"
+    overlap: bool = False
 
 
 @dataclass(frozen=True)
@@ -63,6 +68,10 @@ def request_from_proto(
     k, nodes = _tree_shape(msg.speculation, limits, defaults)
     acceptance = acceptance_from_proto(msg.acceptance)
     acceptance.validate("acceptance", greedy=sampling.greedy)
+    policy = msg.speculation.draft_policy or defaults.draft_policy
+    if policy not in POLICY_NAMES:
+        raise InvalidArgument("speculation.draft_policy", f"unknown draft policy {policy!r}; choose one of {', '.join(POLICY_NAMES)}")
+    overlap = msg.speculation.overlap if msg.speculation.HasField("overlap") else defaults.overlap
     return GenerationRequest(
         prompt_token_ids=prompt,
         max_new_tokens=msg.max_new_tokens,
@@ -73,6 +82,8 @@ def request_from_proto(
         num_draft_tokens=k,
         max_tree_nodes=nodes,
         acceptance=acceptance,
+        draft_policy=policy,
+        overlap=overlap,
     )
 
 

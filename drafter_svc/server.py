@@ -7,6 +7,7 @@ import logging
 from collections.abc import Sequence
 
 from drafter_svc.discovery import discovery_from_target
+from drafter_svc.draft_policy import POLICY_NAMES, PolicyState
 from drafter_svc.protocol import Defaults
 from drafter_svc.servicer import DrafterServicer
 from drafter_svc.settings import DrafterSettings
@@ -37,11 +38,16 @@ def make_pool(config: DrafterSettings, tokenizer: Tokenizer) -> VerifierPool:
 async def run(config: DrafterSettings) -> None:
     tokenizer = Tokenizer(tokenizer_dir(config.model))
     pool = make_pool(config, tokenizer)
-    defaults = Defaults(config.drafter, config.num_draft_tokens, config.max_tree_nodes, config.max_new_tokens_cap)
+    defaults = Defaults(
+        config.drafter, config.num_draft_tokens, config.max_tree_nodes, config.max_new_tokens_cap,
+        config.draft_policy, config.overlap,
+    )
+    if config.draft_policy not in POLICY_NAMES:
+        raise SystemExit(f"--draft-policy: unknown policy {config.draft_policy!r}; choose one of {', '.join(POLICY_NAMES)}")
     metrics = DrafterMetrics()
     metrics.verifiers_ready.set_function(lambda: sum(m.ready for m in pool.members.values()))
     serve_metrics(metrics.registry, config.host, config.metrics_port)
-    servicer = DrafterServicer(pool, defaults, metrics)
+    servicer = DrafterServicer(pool, defaults, metrics, PolicyState(config.stop_threshold, config.load_weight))
 
     def add_services(server) -> list[str]:  # type: ignore[no-untyped-def]
         drafter_pb2_grpc.add_DrafterServicer_to_server(servicer, server)

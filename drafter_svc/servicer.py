@@ -3,22 +3,29 @@ run the round loop against that verifier."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 
 import grpc
 
+from drafter_svc.draft_policy import PolicyState
 from drafter_svc.generation import generate
 from drafter_svc.protocol import Defaults, VerifierLimits, request_from_proto
 from drafter_svc.verifier_pool import VerifierPool
 from specdec.metrics import DrafterMetrics
 from specdec.v1 import drafter_pb2, drafter_pb2_grpc
 
+log = logging.getLogger(__name__)
+
 
 class DrafterServicer(drafter_pb2_grpc.DrafterServicer):
-    def __init__(self, pool: VerifierPool, defaults: Defaults, metrics: DrafterMetrics | None = None) -> None:
+    def __init__(
+        self, pool: VerifierPool, defaults: Defaults, metrics: DrafterMetrics | None = None, policies: PolicyState | None = None
+    ) -> None:
         self.pool = pool
         self.defaults = defaults
         self.metrics = metrics or DrafterMetrics()
+        self.policies = policies or PolicyState()  # learned across this process's sessions
 
     async def Generate(
         self, request: drafter_pb2.GenerateRequest, context: grpc.aio.ServicerContext
@@ -28,6 +35,13 @@ class DrafterServicer(drafter_pb2_grpc.DrafterServicer):
             info = verifier.model_info
             limits = VerifierLimits(info.context_length, info.max_draft_tokens, info.max_draft_depth)
             generation = request_from_proto(request, self.pool.tokenizer, limits, self.defaults)
-            async for response in generate(generation, verifier.stub, self.pool.tokenizer, verifier.verifier_info):
+            async for response in generate(generation, verifier.stub, self.pool.tokenizer, verifier.verifier_info, self.policies):
                 self.metrics.observe(response)
                 yield response
+        costs = self.policies.costs
+        fixed, per_node = costs.line()
+        log.debug(
+            "pass costs after %d rounds: plain %.1f ms, with n drafts %.1f + %.2f n ms; predictor weights %s",
+            costs.observations, 1000 * costs.plain, 1000 * fixed, 1000 * per_node,
+            {name: [round(float(w), 2) for w in p.weights] for name, p in self.policies.predictors.items()},
+        )

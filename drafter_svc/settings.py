@@ -30,6 +30,20 @@ class DrafterSettings:
     max_tree_nodes: int = field(
         default=16, metadata={"help": "tree nodes per round at the default draft length (scaled with a request's own length)"}
     )
+    # `fixed` stays the default: in bench/results/spec_bench-20261122-122040 (greedy) and -1227*
+    # (temperature 1), no adaptive policy matched the best fixed length per category on this CPU
+    # (README, "Draft-length policies").
+    draft_policy: str = field(
+        default="fixed",
+        metadata={"help": "draft-length policy when a request names none: fixed, auto, leviathan, specdec++, copy-confidence"},
+    )
+    overlap: bool = field(default=False, metadata={"help": "draft the next round while the verifier checks this one"})
+    stop_threshold: float = field(
+        default=0.5, metadata={"help": "specdec++ policy: stop drafting once P(some draft is rejected) exceeds this"}
+    )
+    load_weight: float = field(
+        default=1.0, metadata={"help": "policies price drafted nodes at (1 + this * rounds queued in the verifier)"}
+    )
     max_new_tokens_cap: int = field(default=4096, metadata={"help": "largest max_new_tokens a request may ask for"})
     grace_seconds: float = field(default=20.0, metadata={"help": "on SIGTERM, how long running streams may finish"})
     health_port: int = field(default=0, metadata={"help": "also serve grpc.health.v1 in plaintext on this port, for probes (0: off)"})

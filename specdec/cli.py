@@ -29,6 +29,8 @@ def _generate(args: argparse.Namespace) -> int:
                 num_draft_tokens=args.num_draft_tokens,
                 max_tree_nodes=args.max_tree_nodes,
                 acceptance=args.acceptance,
+                draft_policy=args.draft_policy,
+                overlap=args.overlap,
             ):
                 sys.stdout.write(chunk.text)
                 sys.stdout.flush()
@@ -38,7 +40,8 @@ def _generate(args: argparse.Namespace) -> int:
                         f"\n[{chunk.finish_reason}] {s.generated_tokens} tokens in {s.total_seconds:.2f} s "
                         f"({s.tokens_per_second:.1f} tok/s), {s.rounds} target passes, "
                         f"acceptance {s.acceptance_rate:.2f}, mean acceptance length {s.mean_acceptance_length:.2f}, "
-                        f"rule {s.acceptance_rule}",
+                        f"rule {s.acceptance_rule}, "
+                        f"policy {s.draft_policy}{' with overlap' if s.overlap else ''}",
                         file=sys.stderr,
                     )
         except grpc.RpcError as error:
@@ -81,6 +84,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     gen.add_argument("--drafter", default="", help="copy or ngram (default: the server's)")
     gen.add_argument("--num-draft-tokens", type=int, default=None, help="draft length (tree depth); 0 disables speculation")
     gen.add_argument("--max-tree-nodes", type=int, default=None, help="tree nodes per round (= draft length: a chain)")
+    gen.add_argument("--draft-policy", default="", help="auto, fixed, leviathan, specdec++ or copy-confidence (default: the server's)")
+    gen.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=None,
+                     help="draft the next round while the verifier checks this one (default: the server's)")
     gen.add_argument("--acceptance", default=None, metavar="RULE",
                      help="exact (default), or opt-in lossy lenient:L (L in (0, 1]) or mentored:D (KL budget D >= 0, "
                           "temperature > 0)")

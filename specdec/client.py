@@ -35,10 +35,26 @@ class GenerationStats:
     num_draft_tokens: int = 0
     max_tree_nodes: int = 0
     acceptance_rule: str = ""  # "exact", "lenient:L" or "mentored:D"
+    draft_policy: str = ""
+    overlap: bool = False
+    discarded_tokens: int = 0
+    overlap_hits: int = 0
+    overlap_misses: int = 0
+    hidden_draft_seconds: float = 0.0
 
     @property
     def tokens_per_second(self) -> float:
         return self.generated_tokens / self.total_seconds if self.total_seconds else 0.0
+
+    @property
+    def verification_rate(self) -> float:
+        """Target passes per generated token (SpecDec++'s N_target / N)."""
+        return self.rounds / self.generated_tokens if self.generated_tokens else 0.0
+
+    @property
+    def discard_rate(self) -> float:
+        """Discarded drafted tokens per generated token (SpecDec++'s N_discarded / N)."""
+        return self.discarded_tokens / self.generated_tokens if self.generated_tokens else 0.0
 
     @classmethod
     def from_proto(cls, msg: drafter_pb2.GenerationStats) -> GenerationStats:
@@ -78,6 +94,8 @@ def build_request(
     num_draft_tokens: int | None = None,
     max_tree_nodes: int | None = None,
     acceptance: str | None = None,
+    draft_policy: str = "",
+    overlap: bool | None = None,
 ) -> drafter_pb2.GenerateRequest:
     """Exactly one of prompt (plain text), messages (chat) or token_ids.
 
@@ -91,7 +109,7 @@ def build_request(
         max_new_tokens=max_new_tokens,
         sampling=common_pb2.SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p),
         stop=list(stop),
-        speculation=drafter_pb2.SpeculationParams(drafter=drafter),
+        speculation=drafter_pb2.SpeculationParams(drafter=drafter, draft_policy=draft_policy),
     )
     if prompt is not None:
         request.text = prompt
@@ -107,6 +125,8 @@ def build_request(
         request.speculation.max_tree_nodes = max_tree_nodes
     if acceptance is not None:
         request.acceptance.CopyFrom(acceptance_to_proto(parse(acceptance)))
+    if overlap is not None:
+        request.speculation.overlap = overlap
     return request
 
 

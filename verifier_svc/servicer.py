@@ -29,8 +29,10 @@ def round_from_proto(msg: verifier_pb2.Round) -> RoundInput:
     )
 
 
-def verdict_to_proto(verdict: RoundVerdict, seconds: float) -> verifier_pb2.VerifyResponse:
+def verdict_to_proto(verdict: RoundVerdict, seconds: float, queued_rounds: int = 0, open_sessions: int = 0) -> verifier_pb2.VerifyResponse:
     return verifier_pb2.VerifyResponse(
+        queued_rounds=queued_rounds,
+        open_sessions=open_sessions,
         num_accepted=verdict.num_accepted,
         next_token_id=verdict.next_token,
         next_is_bonus=verdict.is_bonus,
@@ -52,6 +54,7 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServicer):
         self.max_draft_depth = max_draft_depth
         self.requested_context_length = context_length
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="target")
+        self.rounds_in_flight = 0  # rounds waiting for or in a target pass (the load we report)
         self.target: TargetModel | None = None
         self.info: verifier_pb2.ModelInfo | None = None
 
@@ -105,8 +108,13 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServicer):
                     if session is None:
                         raise FailedPrecondition("round", "no session: the stream's first message must be `open`")
                     started = time.perf_counter()
-                    verdict = await loop.run_in_executor(self.executor, session.verify, round_from_proto(request.round))
-                    yield verdict_to_proto(verdict, time.perf_counter() - started)
+                    queued = self.rounds_in_flight
+                    self.rounds_in_flight += 1
+                    try:
+                        verdict = await loop.run_in_executor(self.executor, session.verify, round_from_proto(request.round))
+                    finally:
+                        self.rounds_in_flight -= 1
+                    yield verdict_to_proto(verdict, time.perf_counter() - started, queued, self.sessions.open)
                 elif kind == "close":
                     if session is None:
                         raise FailedPrecondition("close", "no session to close")

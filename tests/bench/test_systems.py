@@ -27,3 +27,24 @@ def test_bad_config_names_are_refused(name: str) -> None:
 
 def test_baseline_always_runs_first() -> None:
     assert [c.name for c in parse_configs("copy-k4-t8, copy-k4")] == [BASELINE, "copy-k4-t8", "copy-k4"]
+
+
+@pytest.mark.parametrize(
+    ("name", "policy", "overlap"),
+    [
+        ("copy-k8", "fixed", False),  # no suffix: a fixed length, as before policies existed
+        ("copy-k8-auto", "auto", False),
+        ("copy-k8-t16-specdec++-overlap", "specdec++", True),
+        ("ngram-k4-copy-confidence", "copy-confidence", False),
+        ("copy-k8-fixed-overlap", "fixed", True),
+    ],
+)
+def test_policy_and_overlap_suffixes(name: str, policy: str, overlap: bool) -> None:
+    config = parse_config(name)
+    assert (config.draft_policy, config.overlap) == (policy, overlap)
+
+
+@pytest.mark.parametrize("name", ["copy-k8-greedy", "copy-k8-overlap-auto", "copy-auto"])
+def test_bad_policy_suffixes_are_refused(name: str) -> None:
+    with pytest.raises(ValueError, match="bad config"):
+        parse_config(name)

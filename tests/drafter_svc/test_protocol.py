@@ -70,3 +70,22 @@ def test_acceptance_rule_reaches_the_verifier_and_bad_ones_are_refused(tokenizer
     with pytest.raises(InvalidArgument) as error:  # mentored at temperature 0
         request_from_proto(build_request(token_ids=[1], temperature=0.0, acceptance="mentored:0.1"), tokenizer, LIMITS, TREE_DEFAULTS)
     assert error.value.field == "acceptance.rule"
+
+
+def test_draft_policy_and_overlap_from_request_or_defaults(tokenizer) -> None:  # type: ignore[no-untyped-def]
+    def policy(**speculation) -> tuple[str, bool]:  # type: ignore[no-untyped-def]
+        request = request_from_proto(build_request(token_ids=[1, 2, 3], **speculation), tokenizer, LIMITS, TREE_DEFAULTS)
+        return request.draft_policy, request.overlap
+
+    assert policy() == ("fixed", False)  # the server's defaults
+    assert policy(draft_policy="specdec++", overlap=True) == ("specdec++", True)
+    overlapping = Defaults("copy", 4, 12, 512, draft_policy="leviathan", overlap=True)
+    request = request_from_proto(build_request(token_ids=[1], overlap=False), tokenizer, LIMITS, overlapping)
+    assert (request.draft_policy, request.overlap) == ("leviathan", False)  # an explicit False wins
+
+
+def test_unknown_draft_policy_is_refused(tokenizer) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(InvalidArgument) as error:
+        shape(tokenizer, draft_policy="longest")
+    assert error.value.field == "speculation.draft_policy"
+    assert "specdec++" in error.value.message

@@ -77,6 +77,7 @@ async def first_tokens(address: str, prompt_ids: list[int], max_tree_nodes: int)
                 stream = client.stream(
                     token_ids=prompt_ids, max_new_tokens=2, temperature=TEMPERATURE, top_k=TOP_K,
                     seed=seed, drafter="copy", num_draft_tokens=1, max_tree_nodes=max_tree_nodes,
+                    draft_policy="fixed",  # every first round drafts: an adaptive policy might not
                 )
                 first_round = await anext(stream)
                 await stream.aclose()

@@ -1,6 +1,7 @@
 """Greedy identity: at temperature 0 our output equals transformers' own greedy generate,
 token for token, for both drafters, draft lengths 1, 4 and 8 (and no speculation), as chains and
-as token trees (one and several branches per node, up to the verifier's 16 nodes)."""
+as token trees (one and several branches per node, up to the verifier's 16 nodes), with fixed
+draft lengths and with the adaptive draft-length policies, with and without overlapped drafting."""
 
 from __future__ import annotations
 
@@ -36,25 +37,35 @@ def reference_outputs(reference_model, tokenizer) -> dict[int, list[int]]:  # ty
 
 
 CONFIGS = [
-    # (drafter, draft length, tree nodes: = length is a chain)
-    ("copy", 0, 0), ("copy", 1, 1), ("copy", 8, 8), ("ngram", 4, 4),
-    ("copy", 1, 4), ("copy", 4, 16), ("ngram", 8, 16),
+    # (drafter, draft length, tree nodes: = length is a chain, draft policy, overlap)
+    ("copy", 0, 0, "fixed", False), ("copy", 1, 1, "fixed", False), ("copy", 8, 8, "fixed", False),
+    ("ngram", 4, 4, "fixed", False), ("copy", 1, 4, "fixed", False), ("copy", 4, 16, "fixed", False),
+    ("ngram", 8, 16, "fixed", False),
+    # Adaptive lengths cut trees per round; overlap sends pre-drafted rounds when the verdict agrees.
+    ("copy", 8, 16, "auto", True), ("ngram", 8, 8, "specdec++", True), ("copy", 8, 8, "leviathan", False),
 ]
 
 
-@pytest.mark.parametrize("drafter,k,nodes", CONFIGS)
-def test_greedy_output_equals_transformers_generate(cluster, tokenizer, reference_outputs, drafter: str, k: int, nodes: int) -> None:  # type: ignore[no-untyped-def]
-    drafted = 0
+@pytest.mark.parametrize("drafter,k,nodes,policy,overlap", CONFIGS)
+def test_greedy_output_equals_transformers_generate(  # type: ignore[no-untyped-def]
+    cluster, tokenizer, reference_outputs, drafter: str, k: int, nodes: int, policy: str, overlap: bool
+) -> None:
+    drafted = hits = 0
     with Client(cluster.address) as client:
         for i, (kind, prompt) in enumerate(CASES):
             result = client.generate(
                 token_ids=_prompt_ids(tokenizer, kind, prompt), max_new_tokens=MAX_NEW_TOKENS,
                 temperature=0.0, drafter=drafter, num_draft_tokens=k, max_tree_nodes=nodes,
+                draft_policy=policy, overlap=overlap,
             )
             assert result.token_ids == reference_outputs[i], f"prompt {i} ({prompt[:40]!r})"
             expected = "eos" if len(reference_outputs[i]) < MAX_NEW_TOKENS else "length"
             assert result.finish_reason == expected
             assert result.text == tokenizer.decode(result.token_ids)
+            assert (result.stats.draft_policy, result.stats.overlap) == (policy, overlap)
             drafted += result.stats.drafted_tokens
-    # The speculative configurations really speculated (otherwise this test proves nothing).
+            hits += result.stats.overlap_hits
+    # The speculative configurations really speculated (otherwise this test proves nothing), and
+    # with overlap on, pre-drafted rounds were really sent.
     assert (drafted > 0) == (k > 0)
+    assert (hits > 0) == overlap

@@ -111,3 +111,28 @@ def test_sessions_past_the_limit_are_refused_and_the_open_ones_keep_working(clus
 
     asyncio.run(scenario())
     _wait_for_no_sessions(cluster)
+
+
+def test_verdicts_report_the_verifiers_load(cluster, tokenizer) -> None:  # type: ignore[no-untyped-def]
+    """Three sessions send a round at once: the target runs one pass at a time, so later rounds
+    report the rounds ahead of them (what the draft-length policies shorten drafts for)."""
+    prompt = tokenizer.encode("The mountains and the rivers")
+
+    async def rounds_at_once() -> list[verifier_pb2.VerifyResponse]:
+        async with grpc.aio.insecure_channel(cluster.verifier.address) as channel:
+            stub = verifier_pb2_grpc.VerifierStub(channel)
+            calls = [stub.Verify() for _ in range(3)]
+            for call in calls:
+                await call.write(verifier_pb2.VerifyRequest(open=verifier_pb2.OpenSession(prompt_token_ids=prompt)))
+            for call in calls:
+                await call.write(verifier_pb2.VerifyRequest(round=verifier_pb2.Round()))
+            verdicts = [await call.read() for call in calls]
+            for call in calls:
+                await call.done_writing()
+            return verdicts
+
+    verdicts = asyncio.run(rounds_at_once())
+    queued = sorted(v.queued_rounds for v in verdicts)
+    assert queued[0] == 0 and queued[-1] >= 1, queued
+    assert all(v.open_sessions == 3 for v in verdicts)
+    _wait_for_no_sessions(cluster)

@@ -1,0 +1,34 @@
+"""bench.report: SpecDec++'s verification and discard rates, and the best-fixed-K table."""
+
+from __future__ import annotations
+
+from bench.prompts import Prompt
+from bench.report import make_record, policy_table, summarize
+from bench.systems import Output
+
+
+def output(tokens: int, seconds: float, rounds: int, drafted: int, accepted: int, hits: int = 0, misses: int = 0) -> Output:
+    return Output(
+        token_ids=list(range(tokens)), text="", finish_reason="length", wall_seconds=seconds, prompt_tokens=5,
+        rounds=rounds, drafted_tokens=drafted, accepted_tokens=accepted, discarded_tokens=drafted - accepted,
+        overlap_hits=hits, overlap_misses=misses, hidden_draft_seconds=0.001 * hits, draft_seconds=0.01,
+    )
+
+
+def test_rates_and_the_best_fixed_length_chosen_after_the_fact() -> None:
+    prompt = Prompt(1, "writing", "mt_bench", "hi")
+    outputs = {
+        "baseline": output(40, 4.0, 40, 0, 0),
+        "copy-k2": output(40, 2.0, 25, 30, 15),  # 2.0x
+        "copy-k8": output(40, 2.5, 20, 80, 20),  # 1.6x
+        "copy-k8-auto-overlap": output(40, 1.6, 20, 40, 20, hits=5, misses=15),  # 2.5x
+    }
+    records = [make_record(prompt, name, i, out, outputs["baseline"], greedy=False) for i, (name, out) in enumerate(outputs.items())]
+    summaries = summarize(records, ["mt_bench"], list(outputs), greedy=False)
+    auto = next(s for s in summaries if s.system == "copy-k8-auto-overlap" and s.row == "mt_bench")
+    assert auto.verification_rate == 20 / 40 and auto.discard_rate == 20 / 40
+    assert auto.overlap_hit_rate == 0.25
+    table = policy_table(summaries, ["copy-k2", "copy-k8"], ["copy-k8-auto-overlap"])
+    row = next(line for line in table.splitlines() if line.startswith("| mt_bench"))
+    assert "copy-k2: 2.00x (0.62 / 0.38)" in row  # the faster fixed length, its passes and discards per token
+    assert "2.50x (0.50 / 0.50), hits 25%" in row

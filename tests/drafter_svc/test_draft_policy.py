@@ -1,0 +1,164 @@
+"""draft_policy: each policy on synthetic acceptance sequences (no model, no services).
+
+The synthetic verifier accepts each drafted token independently with probability alpha and
+returns 0/1 labels (as under greedy verification); alpha switches between 0.9 and 0.2. Passes
+cost what the priors of pass_cost.py say, so the cost model stays put and only acceptance moves.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from drafter_svc.draft_policy import (
+    POLICY_NAMES,
+    PolicyState,
+    SessionPolicy,
+    expected_tokens,
+    leviathan_depth,
+    scaled_nodes,
+    threshold_depth,
+)
+from drafter_svc.drafter import ROOT, Draft
+from drafter_svc.pass_cost import PRIOR_FIXED, PRIOR_PER_NODE, PRIOR_PLAIN, RelativeCost
+
+CHAIN = Draft.point_masses(range(100, 108), match_lengths=[4] * 8)  # what the drafter offers, every round
+PHASE = 25
+SWITCHING = [0.9] * PHASE + [0.2] * PHASE + [0.9] * PHASE + [0.2] * PHASE
+
+
+def seconds(nodes: int) -> float:
+    return PRIOR_PLAIN if nodes == 0 else PRIOR_FIXED + PRIOR_PER_NODE * nodes
+
+
+def simulate(policy: SessionPolicy, alphas: list[float], seed: int, draft: Draft = CHAIN) -> list[int]:
+    """The depth sent each round while the synthetic verifier accepts with alphas[round]."""
+    rng = np.random.default_rng(seed)
+    depths = []
+    for alpha in alphas:
+        sent = policy.choose(draft, 8, 8)
+        depths.append(len(sent))
+        labels = (rng.random(len(sent)) < alpha).astype(float).tolist()
+        policy.observe(sent, labels, seconds(len(sent)), 0, first_round=False, had_draft=True)
+    return depths
+
+
+@pytest.mark.parametrize("name", ["specdec++", "leviathan", "auto"])
+@pytest.mark.parametrize("seed", range(6))
+def test_draft_length_follows_acceptance_switching_between_0_9_and_0_2(name: str, seed: int) -> None:
+    """Measured (seeds 0-7): down to <= 1 token within 1-6 rounds, up to >= 4 within 0-8 rounds
+    (specdec++ climbs slowest: at one token per round it gets one label per round)."""
+    depths = simulate(SessionPolicy(name, "copy", PolicyState()), SWITCHING, seed)
+    for phase in range(1, 4):
+        start = phase * PHASE
+        high = SWITCHING[start] == 0.9
+        # Within a few rounds of the switch the length has moved to the new regime ...
+        follows = next(i for i, d in enumerate(depths[start:]) if (d >= 4 if high else d <= 1))
+        assert follows <= 8, (phase, depths[start : start + PHASE])
+        # ... and stays there on average.
+        settled = depths[start + 8 : start + PHASE]
+        if high:
+            assert np.mean(settled) >= 4, (phase, settled)
+        else:
+            assert np.mean(settled) <= 2, (phase, settled)
+
+
+def closed_form(alpha: float, k: int, c: float) -> float:
+    """Leviathan et al.'s expected improvement factor, as printed: (1 - a^(K+1)) / ((1 - a)(K c + 1))."""
+    return (1 - alpha ** (k + 1)) / ((1 - alpha) * (k * c + 1))
+
+
+@pytest.mark.parametrize("max_k", [1, 4, 8, 16])
+def test_leviathan_depth_is_the_brute_force_optimum(max_k: int) -> None:
+    for alpha in np.linspace(0.05, 0.95, 19):
+        for c in (0.001, 0.01, 0.05, 0.1, 0.3, 1.0):
+            values = [closed_form(alpha, k, c) for k in range(max_k + 1)]
+            chosen = leviathan_depth(alpha, max_k, RelativeCost(per_node=c, overhead=0.0))
+            # The optimum's value (exact ties, e.g. alpha = c, may pick either length).
+            assert values[chosen] == pytest.approx(max(values), rel=1e-12)
+            if sorted(values)[-2] < max(values) - 1e-9:
+                assert chosen == int(np.argmax(values))
+
+
+def test_expected_tokens_matches_a_simulation() -> None:
+    rng = np.random.default_rng(0)
+    accepted = rng.random((200_000, 5)) < 0.7
+    emitted = 1 + np.cumprod(accepted, axis=1).sum(axis=1)  # accepted prefix + the next token
+    assert emitted.mean() == pytest.approx(expected_tokens(0.7, 5), abs=0.01)
+
+
+def test_leviathan_session_policy_uses_the_session_rate_and_the_cost_model() -> None:
+    state = PolicyState()
+    policy = SessionPolicy("leviathan", "copy", state)
+    for alpha in (0.1, 0.3, 0.5, 0.7, 0.9):
+        policy.session.alpha = alpha
+        assert policy.depth(CHAIN, 8, 8) == leviathan_depth(alpha, 8, state.costs.relative())
+
+
+def test_threshold_rule_includes_the_token_that_crosses() -> None:
+    assert threshold_depth([0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9], 0.5) == 7  # 1 - 0.9^7 = 0.52
+    assert threshold_depth([0.2] * 8, 0.5) == 1
+    assert threshold_depth([0.99] * 3, 0.5) == 3
+    assert threshold_depth([], 0.5) == 0
+
+
+def test_online_predictor_learns_from_the_drafters_evidence() -> None:
+    """Long copy matches are accepted (0.95), short ones rarely (0.15), interleaved in one session:
+    the session rate alone cannot tell them apart, the learned match-length weight does."""
+    state = PolicyState()
+    policy = SessionPolicy("specdec++", "copy", state)
+    long = Draft.point_masses(range(100, 108), match_lengths=[12] * 8)
+    short = Draft.point_masses(range(100, 108), match_lengths=[2] * 8)
+    rng = np.random.default_rng(0)
+    for i in range(800):
+        draft, alpha = (long, 0.95) if i % 2 else (short, 0.15)
+        sent = policy.choose(draft, 8, 8)
+        labels = (rng.random(len(sent)) < alpha).astype(float).tolist()
+        policy.observe(sent, labels, seconds(len(sent)), 0, first_round=False, had_draft=True)
+    assert policy.predict(long, [0])[0] > policy.predict(short, [0])[0] + 0.3
+    assert policy.depth(long, 8, 8) > policy.depth(short, 8, 8)
+
+
+@pytest.mark.parametrize("name", ["leviathan", "auto", "specdec++"])
+def test_drafts_get_shorter_when_the_verifier_is_busy(name: str) -> None:
+    shorter = 0
+    for alpha in np.linspace(0.3, 0.95, 14):
+        policy = SessionPolicy(name, "copy", PolicyState())
+        policy.session.alpha = alpha
+        idle = policy.depth(CHAIN, 8, 8)
+        policy.load = 7
+        busy = policy.depth(CHAIN, 8, 8)
+        assert busy <= idle
+        shorter += busy < idle
+    assert shorter >= 3
+
+
+def test_fixed_and_copy_confidence() -> None:
+    state = PolicyState()
+    tree = Draft.point_masses([1, 2, 3, 4, 5, 6], [ROOT, 0, 1, 2, ROOT, 4], match_lengths=[3, 3, 3, 3, 2, 2])
+    assert SessionPolicy("fixed", "copy", state).choose(tree, 4, 6) == tree
+    confident = SessionPolicy("copy-confidence", "copy", state).choose(tree, 4, 6)
+    # Depth 3, the match length; the node budget scales to round(6 * 3 / 4) = 4.
+    assert confident.token_ids == [1, 2, 3, 5] and scaled_nodes(3, 4, 6) == 4
+
+
+def test_no_draft_gives_an_empty_round_and_unknown_names_are_refused() -> None:
+    for name in POLICY_NAMES:
+        assert len(SessionPolicy(name, "copy", PolicyState()).choose(Draft.point_masses([]), 8, 16)) == 0
+    with pytest.raises(ValueError, match="unknown draft policy"):
+        SessionPolicy("greedy-ish", "copy", PolicyState())
+
+
+@pytest.mark.parametrize("name", ["leviathan", "auto"])
+def test_a_policy_that_stopped_drafting_probes_again(name: str) -> None:
+    """A session whose estimates say "never draft" still sends a draft every few rounds, so its
+    estimates get labels and can recover."""
+    policy = SessionPolicy(name, "copy", PolicyState())
+    policy.session.alpha = 0.01
+    policy.state.drafter_acceptance("copy").alpha = 0.01
+    sent = []
+    for _ in range(12):
+        draft = policy.choose(CHAIN, 8, 8)
+        sent.append(len(draft))
+        policy.observe(draft, [0.0] * len(draft), seconds(len(draft)), 0, first_round=False, had_draft=True)
+    assert sent[:3] == [0, 0, 0] and sent.count(0) < len(sent) and all(n > 0 for n in sent[3::4])
