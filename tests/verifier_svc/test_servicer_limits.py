@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from specdec.grpc_server import ExceptionToStatusInterceptor
 from specdec.metrics import VerifierMetrics, serve_metrics
-from specdec.v1 import verifier_pb2, verifier_pb2_grpc
+from specdec.v1 import common_pb2, verifier_pb2, verifier_pb2_grpc
 from verifier_svc.kv_cache import kv_bytes_per_token
 from verifier_svc.servicer import Batching, VerifierServicer
 from verifier_svc.target_model import TargetModel
@@ -87,7 +87,7 @@ async def generate(stub, prompt: list[int], reference: list[int], wrong_at: int,
         drafts = reference[len(out) : len(out) + 3]
         if rounds % wrong_at == 1 and len(drafts) == 3:
             drafts[2] = (drafts[2] + 1) % 1000
-        nodes = [verifier_pb2.DraftNode(token_id=t, parent=i - 1, q=verifier_pb2.Distribution(token_ids=[t], probs=[1.0])) for i, t in enumerate(drafts)]
+        nodes = [verifier_pb2.DraftNode(token_id=t, parent=i - 1, q=common_pb2.SparseDistribution(token_ids=[t], probs=[1.0])) for i, t in enumerate(drafts)]
         await stream.write(verifier_pb2.VerifyRequest(round=verifier_pb2.Round(nodes=nodes)))
         response = await stream.read()
         out += [drafts[i] for i in response.accepted_nodes] + [response.next_token_id]
