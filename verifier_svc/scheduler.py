@@ -2,8 +2,8 @@
 
 Streams submit rounds from the event loop; one worker thread owns the target model. It takes
 the first waiting round and, only while other sessions are open and have not yet submitted,
-waits at most `max_wait_s` for them; then it takes every waiting round up to
-`max_batch_tokens` new tokens (always at least one round) and runs them as one pass
+waits at most `max_wait_s` for them; then it takes waiting rounds while rounds x the
+longest round's new tokens stay within `max_batch_tokens` (always at least one round) and runs them as one pass
 (batched_pass.score_batch; a lone round runs TargetModel.score, so a single session pays no
 extra latency). Rounds that arrive while a pass runs wait for the next one. Each round's
 validation or acceptance error goes back to its own stream only.
@@ -96,15 +96,20 @@ class Scheduler:
             deadline = self._queue[0].arrived + self.max_wait_s
             while len(self._queue) < self.open_sessions() and (left := deadline - time.perf_counter()) > 0:
                 self._cond.wait(left)
-            taken: list[_Waiting] = []
-            tokens = 0
+            # The pass is padded to its longest round, so the budget counts rounds x that
+            # length: a long prompt (a session's first round) does not drag every short round
+            # through its length. Rounds that do not fit wait, in order, for the next pass.
+            taken: list[_Waiting] = [self._queue.popleft()]
+            longest = _new_tokens(taken[0])
+            kept: deque[_Waiting] = deque()
             while self._queue:
-                head = self._queue[0]
-                cost = len(head.session.tokens) - len(head.session.cache) + len(head.round.tokens)
-                if taken and tokens + cost > self.max_batch_tokens:
-                    break
-                taken.append(self._queue.popleft())
-                tokens += cost
+                w = self._queue.popleft()
+                if (len(taken) + 1) * max(longest, _new_tokens(w)) <= self.max_batch_tokens:
+                    taken.append(w)
+                    longest = max(longest, _new_tokens(w))
+                else:
+                    kept.append(w)
+            self._queue = kept
             return taken
 
     def _run(self) -> None:
@@ -143,6 +148,11 @@ class Scheduler:
         if self.on_pass:
             tokens = sum(len(p.pending) + len(p.tree) for _, p in ready)
             self.on_pass(PassRecord(len(ready), tokens, [started - w.arrived for w, _ in ready], time.perf_counter() - started))
+
+
+def _new_tokens(w: _Waiting) -> int:
+    """Tokens a round adds to its pass: the pending ones (not yet cached) and its nodes."""
+    return len(w.session.tokens) - len(w.session.cache) + len(w.round.tokens)
 
 
 def _resolve(w: _Waiting, result: RoundVerdict | None = None, error: BaseException | None = None) -> None:
