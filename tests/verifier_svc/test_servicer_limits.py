@@ -80,7 +80,8 @@ async def generate(stub, prompt: list[int], reference: list[int], wrong_at: int,
     """A greedy session drafting from the reference (its 3rd draft wrong every `wrong_at`
     rounds) until NEW_TOKENS tokens are committed; counts what the client received in `log`."""
     stream = stub.Verify()
-    await stream.write(verifier_pb2.VerifyRequest(open=verifier_pb2.OpenSession(prompt_token_ids=prompt)))
+    greedy = common_pb2.SamplingParams(temperature=0.0)
+    await stream.write(verifier_pb2.VerifyRequest(open=verifier_pb2.OpenSession(prompt_token_ids=prompt, sampling=greedy)))
     out: list[int] = []
     rounds = 0
     while len(out) < NEW_TOKENS:
