@@ -48,15 +48,18 @@ class Scheduler:
         open_sessions: Callable[[], int],
         max_batch_tokens: int = 512,
         max_wait_s: float = 0.003,
+        max_pass_rows: int = 0,
         on_pass: Callable[[PassRecord], None] | None = None,
         before_pass: Callable[[Session, PreparedRound], None] | None = None,
     ) -> None:
         """open_sessions: how many sessions could submit a round (the wait stops once that many
         rounds are waiting). before_pass: a check per prepared round (e.g. KV memory) that may
-        raise to refuse that round alone."""
+        raise to refuse that round alone. max_pass_rows (0: off): under load, each round of a
+        B-round pass keeps at most max_pass_rows // B - pending of its nodes (see prune)."""
         self.open_sessions = open_sessions
         self.max_batch_tokens = max_batch_tokens
         self.max_wait_s = max_wait_s
+        self.max_pass_rows = max_pass_rows
         self.on_pass = on_pass
         self.before_pass = before_pass
         self._queue: deque[_Waiting] = deque()
@@ -122,7 +125,11 @@ class Scheduler:
         ready: list[tuple[_Waiting, PreparedRound]] = []
         for w in batch:
             try:
-                prepared = w.session.prepare(w.round)
+                round_ = w.round
+                if self.max_pass_rows and len(batch) > 1:
+                    pending = len(w.session.tokens) - len(w.session.cache)
+                    round_ = prune(round_, max(0, self.max_pass_rows // len(batch) - pending))
+                prepared = w.session.prepare(round_)
                 if self.before_pass:
                     self.before_pass(w.session, prepared)
                 ready.append((w, prepared))
@@ -148,6 +155,18 @@ class Scheduler:
         if self.on_pass:
             tokens = sum(len(p.pending) + len(p.tree) for _, p in ready)
             self.on_pass(PassRecord(len(ready), tokens, [started - w.arrived for w, _ in ready], time.perf_counter() - started))
+
+
+def prune(round_: RoundInput, nodes: int) -> RoundInput:
+    """The round's first `nodes` nodes: still a valid token tree (parents come before their
+    children), each node with its own q, and later siblings only dropped, so the exact rule
+    stays exact over it (a node's verdict depends only on its ancestors and earlier siblings).
+    Verdict node indices are the same in both trees. This is how speculation turns down under
+    load: on a compute-bound device, B sessions' trees cost B x T rows per pass while a plain
+    step costs B."""
+    if len(round_.tokens) <= nodes:
+        return round_
+    return RoundInput(round_.tokens[:nodes], round_.parents[:nodes], round_.q_token_ids[:nodes], round_.q_probs[:nodes])
 
 
 def _new_tokens(w: _Waiting) -> int:

@@ -88,3 +88,28 @@ def test_token_budget_splits_passes_and_an_invalid_round_fails_alone() -> None:
     assert isinstance(results[1], InvalidArgument)
     assert results[0] == ("alone", [1, 2, 3]) and results[2] == ("alone", [4, 5, 6])
     assert sorted(p.rounds for p in passes) == [1, 1]
+
+
+def test_under_load_trees_are_cut_to_the_row_budget_and_a_lone_round_is_not() -> None:
+    passes: list[PassRecord] = []
+    s = Scheduler(lambda: 2, 512, 2.0, max_pass_rows=8, on_pass=passes.append)
+    s.start()
+
+    async def go() -> list:
+        both = [s.verify(FakeSession(), RoundInput.point_masses(list(range(1, 7)))) for _ in range(2)]  # type: ignore[arg-type]
+        together = await asyncio.gather(*both)
+        alone = await s.verify(FakeSession(), RoundInput.point_masses(list(range(1, 7))))  # type: ignore[arg-type]
+        return [*together, alone]
+
+    try:
+        results = asyncio.run(go())
+    finally:
+        s.stop()
+    assert results[:2] == [("batched", [1, 2, 3])] * 2  # 8 rows // 2 rounds - 1 pending = 3 nodes
+    assert results[2] == ("alone", [1, 2, 3, 4, 5, 6])
+
+
+def test_prune_keeps_a_prefix_of_nodes_with_their_q() -> None:
+    round_ = RoundInput([5, 6, 7], [-1, 0, -1], [[5], [6, 1], [7]], [[1.0], [0.5, 0.5], [1.0]])
+    assert scheduler_module.prune(round_, 2) == RoundInput([5, 6], [-1, 0], [[5], [6, 1]], [[1.0], [0.5, 0.5]])
+    assert scheduler_module.prune(round_, 5) is round_
