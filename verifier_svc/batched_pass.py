@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import torch
 from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
 
 from verifier_svc.kv_cache import KVCache
 from verifier_svc.target_model import TargetModel
@@ -66,25 +67,46 @@ def batch_mask_and_positions(inputs: Sequence[PassInput], cached: int, new: int)
     return mask, positions
 
 
-def _padded_cache(inputs: Sequence[PassInput], cached: int, target: TargetModel) -> DynamicCache:
-    """A DynamicCache whose layer tensors are [B, heads, cached, head_dim], each session's
-    entries first in its row (the rest zeros, masked out)."""
+class _SlotLayer(DynamicLayer):
+    """A cache layer over a preallocated [B, heads, cached + new, head_dim] buffer whose first
+    `cached` slots are filled: the pass writes its new entries in place instead of concatenating
+    (DynamicLayer.update would copy every session's padded cache once more)."""
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, cached: int) -> None:
+        super().__init__()
+        self.lazy_initialization(keys, values)
+        self.buffers, self.cached = (keys, values), cached
+        self.keys, self.values = keys[:, :, :cached], values[:, :, :cached]
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:  # type: ignore[override]
+        end = self.cached + key_states.shape[-2]
+        self.buffers[0][:, :, self.cached : end] = key_states
+        self.buffers[1][:, :, self.cached : end] = value_states
+        self.keys, self.values = self.buffers[0][:, :, :end], self.buffers[1][:, :, :end]
+        return self.keys, self.values
+
+    def get_seq_length(self) -> int:
+        return self.keys.shape[-2]
+
+
+def _padded_cache(inputs: Sequence[PassInput], cached: int, new: int, target: TargetModel) -> DynamicCache:
+    """A DynamicCache whose layers hold [B, heads, cached + new, head_dim] buffers, each
+    session's entries first in its row (the rest zeros, masked out), room for the new tokens."""
     batch = DynamicCache(config=target.model.config)
-    if cached == 0:
-        return batch
-    for index, layer in enumerate(batch.layers):
-        sources = [x.cache.cache.layers[index] for x in inputs]
-        some = next(s for s in sources if s.is_initialized and s.keys.numel())
-        shape = (len(inputs), some.keys.shape[1], cached, some.keys.shape[3])
-        keys = some.keys.new_zeros(shape)
-        values = some.values.new_zeros(shape[:3] + (some.values.shape[3],))
-        for b, source in enumerate(sources):
-            length = len(inputs[b].cache)
+    config = target.model.config
+    heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    shape = (len(inputs), heads, cached + new, head_dim)
+    for index in range(len(batch.layers)):
+        keys = torch.zeros(shape, dtype=target.dtype, device=target.device)
+        values = torch.zeros(shape, dtype=target.dtype, device=target.device)
+        for b, x in enumerate(inputs):
+            length = len(x.cache)
             if length:
+                source = x.cache.cache.layers[index]
                 keys[b, :, :length] = source.keys[0]
                 values[b, :, :length] = source.values[0]
-        layer.lazy_initialization(keys, values)
-        layer.keys, layer.values = keys, values
+        batch.layers[index] = _SlotLayer(keys, values, cached)
     return batch
 
 
@@ -103,7 +125,7 @@ def score_batch(target: TargetModel, inputs: Sequence[PassInput]) -> list[torch.
         ids[b, : len(tokens)] = torch.tensor(tokens)
         ids[b, len(tokens) :] = tokens[-1]
     additive = torch.zeros(mask.shape, dtype=target.dtype).masked_fill_(~mask, torch.finfo(target.dtype).min)
-    batch_cache = _padded_cache(inputs, cached, target)
+    batch_cache = _padded_cache(inputs, cached, new, target)
     hidden = target.model.base_model(
         input_ids=ids.to(target.device),
         position_ids=positions.to(target.device),
