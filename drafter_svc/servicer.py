@@ -4,6 +4,7 @@ run the round loop against that verifier."""
 from __future__ import annotations
 
 import logging
+import asyncio
 from collections.abc import AsyncIterator
 
 import grpc
@@ -12,6 +13,7 @@ from drafter_svc.draft_policy import PolicyState
 from drafter_svc.generation import generate
 from drafter_svc.protocol import Defaults, VerifierLimits, request_from_proto
 from drafter_svc.verifier_pool import VerifierPool
+from specdec.errors import SpecdecError
 from specdec.metrics import DrafterMetrics
 from specdec.v1 import drafter_pb2, drafter_pb2_grpc
 
@@ -30,6 +32,20 @@ class DrafterServicer(drafter_pb2_grpc.DrafterServicer):
     async def Generate(
         self, request: drafter_pb2.GenerateRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[drafter_pb2.GenerateResponse]:
+        try:
+            async for response in self._generate(request):
+                yield response
+        except SpecdecError as error:
+            self.metrics.errors.labels(error.code.name).inc()
+            raise
+        except grpc.aio.AioRpcError as error:  # the verifier's status, passed on
+            self.metrics.errors.labels(error.code().name).inc()
+            raise
+        except asyncio.CancelledError:
+            self.metrics.errors.labels("CANCELLED").inc()
+            raise
+
+    async def _generate(self, request: drafter_pb2.GenerateRequest) -> AsyncIterator[drafter_pb2.GenerateResponse]:
         with self.pool.place() as verifier, self.metrics.open_sessions.track_inprogress():
             # the session stays on this verifier to the end
             info = verifier.model_info

@@ -33,9 +33,14 @@ class FailedPrecondition(SpecdecError):
 
 
 class ResourceExhausted(SpecdecError):
-    """A limit was reached (sessions, memory); retrying later may succeed."""
+    """A limit was reached (sessions, memory); retrying later may succeed. retry_after_ms, when
+    set, reaches the client as the trailing metadata `retry-after-ms`."""
 
     code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+    def __init__(self, field: str, message: str, retry_after_ms: int | None = None) -> None:
+        super().__init__(field, message)
+        self.retry_after_ms = retry_after_ms
 
 
 class Unavailable(SpecdecError):

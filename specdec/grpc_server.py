@@ -28,6 +28,8 @@ LIVENESS_SERVICE = "liveness"
 
 async def _abort(context: grpc.aio.ServicerContext, error: Exception) -> None:
     if isinstance(error, SpecdecError):
+        if getattr(error, "retry_after_ms", None):
+            context.set_trailing_metadata((("retry-after-ms", str(error.retry_after_ms)),))
         await context.abort(error.code, str(error))
     if isinstance(error, grpc.aio.AioRpcError):  # a backend's status passes through, attributed
         await context.abort(error.code(), f"upstream: {error.details()}")

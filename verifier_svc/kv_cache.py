@@ -9,6 +9,13 @@ import torch
 from transformers import DynamicCache, PretrainedConfig
 
 
+def kv_bytes_per_token(config: PretrainedConfig, dtype: torch.dtype) -> int:
+    """Bytes one cached token takes: layers x KV heads x head_dim x 2 (keys, values) x dtype size."""
+    heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    return config.num_hidden_layers * heads * head_dim * 2 * dtype.itemsize
+
+
 class KVCache:
     """Keys and values of the tokens a session has committed, in sequence order."""
 

@@ -14,7 +14,7 @@ from specdec.sampling_params import SamplingParams
 from specdec.tokenizer import Tokenizer
 from specdec.v1 import verifier_pb2, verifier_pb2_grpc
 from verifier_svc.model_loader import load_model, model_dir, resolve_dtype
-from verifier_svc.servicer import VerifierServicer
+from verifier_svc.servicer import Batching, VerifierServicer
 from verifier_svc.session import Limits, RoundInput, Session
 from verifier_svc.settings import VerifierSettings
 from verifier_svc.target_model import TargetModel
@@ -39,10 +39,14 @@ def load_target(config: VerifierSettings) -> tuple[TargetModel, Tokenizer]:
 
 
 async def run(config: VerifierSettings) -> None:
-    servicer = VerifierServicer(
-        config.max_sessions, config.max_draft_tokens, config.max_draft_depth, config.context_length, config.prefix_cache_tokens
-    )
     metrics = VerifierMetrics(lambda: servicer.sessions.open, config.max_sessions, lambda: float(servicer.target is not None))
+    batching = Batching(config.max_batch_tokens, config.max_wait_ms, config.max_pass_rows, config.max_kv_bytes, config.retry_after_ms)
+    servicer = VerifierServicer(
+        config.max_sessions, config.max_draft_tokens, config.max_draft_depth, config.context_length, batching, metrics,
+        config.prefix_cache_tokens,
+    )
+    metrics.queue_depth.set_function(servicer.scheduler.depth)
+    metrics.kv_tokens.set_function(servicer.sessions.kv_tokens)
     serve_metrics(metrics.registry, config.host, config.metrics_port)
 
     def add_services(server) -> list[str]:  # type: ignore[no-untyped-def]

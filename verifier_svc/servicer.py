@@ -6,18 +6,32 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import grpc
 
 from specdec.acceptance_params import acceptance_from_proto
-from specdec.errors import FailedPrecondition, InvalidArgument, Unavailable
+from specdec.errors import FailedPrecondition, InvalidArgument, SpecdecError, Unavailable
 from specdec.sampling_params import sampling_from_proto
 from specdec.tokenizer import Tokenizer
 from specdec.v1 import verifier_pb2, verifier_pb2_grpc
 from verifier_svc.acceptance import RoundVerdict
+from verifier_svc.kv_cache import kv_bytes_per_token
 from verifier_svc.prefix_cache import PrefixCache
+from verifier_svc.scheduler import PassRecord, Scheduler
 from verifier_svc.session import Limits, RoundInput, Session, SessionTable
 from verifier_svc.target_model import TargetModel
+
+
+@dataclass(frozen=True)
+class Batching:
+    """How the scheduler batches rounds and how much KV memory sessions may hold."""
+
+    max_batch_tokens: int = 512
+    max_wait_ms: float = 3.0
+    max_pass_rows: int = 0  # 0: never prune trees under load (scheduler.prune)
+    max_kv_bytes: int = 0  # 0: no limit
+    retry_after_ms: int = 1000
 
 
 def round_from_proto(msg: verifier_pb2.Round) -> RoundInput:
@@ -43,13 +57,32 @@ def verdict_to_proto(verdict: RoundVerdict, seconds: float, queued_rounds: int =
 
 
 class VerifierServicer(verifier_pb2_grpc.VerifierServicer):
-    """Serves once `ready` is set; target passes run one at a time on a worker thread."""
+    """Serves once `ready` is set; the scheduler's worker thread runs the target passes, each
+    over the rounds waiting from all sessions (scheduler.py). `metrics` (optional) is told of
+    every pass, verdict and error."""
 
     def __init__(
-        self, max_sessions: int, max_draft_tokens: int, max_draft_depth: int, context_length: int, prefix_cache_tokens: int = 0
+        self,
+        max_sessions: int,
+        max_draft_tokens: int,
+        max_draft_depth: int,
+        context_length: int,
+        batching: Batching = Batching(),
+        metrics=None,  # type: ignore[no-untyped-def]  # specdec.metrics.VerifierMetrics
+        prefix_cache_tokens: int = 0,
     ) -> None:
-        self.sessions = SessionTable(max_sessions)
+        self.sessions = SessionTable(max_sessions, headroom_tokens=max_draft_tokens + 1, retry_after_ms=batching.retry_after_ms)
+        self.batching = batching
         self.prefix_cache = PrefixCache(prefix_cache_tokens)
+        self.metrics = metrics
+        self.scheduler = Scheduler(
+            lambda: self.sessions.open,
+            max_batch_tokens=batching.max_batch_tokens,
+            max_wait_s=batching.max_wait_ms / 1000,
+            max_pass_rows=batching.max_pass_rows,
+            on_pass=self._on_pass,
+            before_pass=self.sessions.check_round,
+        )
         self.max_draft_tokens = max_draft_tokens
         self.max_draft_depth = max_draft_depth
         self.requested_context_length = context_length
@@ -72,7 +105,14 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServicer):
             max_draft_tokens=self.max_draft_tokens,
             max_draft_depth=self.max_draft_depth,
         )
+        if self.batching.max_kv_bytes:
+            self.sessions.max_kv_tokens = self.batching.max_kv_bytes // kv_bytes_per_token(target.model.config, target.dtype)
+        self.scheduler.start()
         self.target = target
+
+    def _on_pass(self, record: PassRecord) -> None:
+        if self.metrics:
+            self.metrics.observe_pass(record)
 
     def _require_ready(self) -> TargetModel:
         if self.target is None:
@@ -89,8 +129,20 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServicer):
     async def Verify(
         self, request_iterator: AsyncIterator[verifier_pb2.VerifyRequest], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[verifier_pb2.VerifyResponse]:
+        try:
+            async for response in self._verify(request_iterator):
+                yield response
+        except SpecdecError as error:
+            if self.metrics:
+                self.metrics.errors.labels(error.code.name).inc()
+            raise
+        except asyncio.CancelledError:
+            if self.metrics:
+                self.metrics.errors.labels("CANCELLED").inc()
+            raise
+
+    async def _verify(self, request_iterator: AsyncIterator[verifier_pb2.VerifyRequest]) -> AsyncIterator[verifier_pb2.VerifyResponse]:
         target = self._require_ready()
-        loop = asyncio.get_running_loop()
         session: Session | None = None
         reserved = False
         try:
@@ -99,11 +151,12 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServicer):
                 if kind == "open":
                     if reserved:
                         raise FailedPrecondition("open", "this stream already has a session")
-                    self.sessions.reserve()
+                    self.sessions.reserve(len(request.open.prompt_token_ids))
                     reserved = True
                     sampling, seed = sampling_from_proto(request.open.sampling)
                     acceptance = acceptance_from_proto(request.open.acceptance)
                     session = Session(target, list(request.open.prompt_token_ids), sampling, seed, self.limits, acceptance, self.prefix_cache)
+                    self.sessions.add(session)
                 elif kind == "round":
                     if session is None:
                         raise FailedPrecondition("round", "no session: the stream's first message must be `open`")
@@ -111,9 +164,11 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServicer):
                     queued = self.rounds_in_flight
                     self.rounds_in_flight += 1
                     try:
-                        verdict = await loop.run_in_executor(self.executor, session.verify, round_from_proto(request.round))
+                        verdict = await self.scheduler.verify(session, round_from_proto(request.round))
                     finally:
                         self.rounds_in_flight -= 1
+                    if self.metrics:
+                        self.metrics.observe_verdict(verdict, len(request.round.nodes))
                     yield verdict_to_proto(verdict, time.perf_counter() - started, queued, self.sessions.open)
                 elif kind == "close":
                     if session is None:
@@ -124,4 +179,4 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServicer):
                     raise InvalidArgument("kind", "a VerifyRequest must set open, round or close")
         finally:
             if reserved:
-                self.sessions.release()
+                self.sessions.release(session)

@@ -92,6 +92,13 @@ class Session:
     def verify(self, round_: RoundInput) -> RoundVerdict:
         """Run one round: one target pass over the tree, the acceptance walk, the cache cut
         down to the committed prefix plus the accepted path."""
+        prepared = self.prepare(round_)
+        return self.finish(prepared, self.target.score(self.cache, prepared.pending, prepared.tree))
+
+    def prepare(self, round_: RoundInput) -> PreparedRound:
+        """Validate a round (InvalidArgument / FailedPrecondition naming the problem) and
+        return what its target pass needs; touches no state. A batched pass (batched_pass.py)
+        scores several sessions' prepared rounds at once."""
         if self.closed:
             raise FailedPrecondition("round", "the session has ended")
         tree = _checked_tree(round_, self.limits, self.target.vocab_size)
@@ -101,23 +108,46 @@ class Session:
                 f"{len(self.tokens)} tokens + a tree of depth {tree.depth()} + 1 exceed the context length of {self.limits.context_length}",
             )
         q_ids, q_probs = _q_tensors(round_, self.target.vocab_size)
-
         start = len(self.cache)
-        pending = self.tokens[start:]
-        logits = self.target.score(self.cache, pending, tree)  # [n+1, vocab]
+        return PreparedRound(round_, tree, q_ids, q_probs, start, self.tokens[start:])
+
+    def finish(self, prepared: PreparedRound, logits: torch.Tensor) -> RoundVerdict:
+        """Given the target's [n+1, vocab] logits for a prepared round (the cache having grown
+        by its pending tokens and nodes), walk the tree and commit: the tokens gain the accepted
+        path and the next token, the cache keeps the committed prefix and the accepted path. After
+        the first round the prompt (but its last token) is offered to the prefix cache."""
+        verdict = self._accept(logits, prepared)
+        self.tokens += [prepared.round.tokens[i] for i in verdict.accepted_nodes] + [verdict.next_token]
+        committed = prepared.start + len(prepared.pending)
+        self.cache.keep(committed, verdict.accepted_nodes)
+        if not self._prompt_offered and self.prefix_cache is not None:
+            self.prefix_cache.store(self.tokens[: committed - 1], self.cache)
+            self._prompt_offered = True
+        return verdict
+
+    def _accept(self, logits: torch.Tensor, prepared: PreparedRound) -> RoundVerdict:
+        """The acceptance rule: the greedy walk (lenient if asked), or speculative sampling over
+        the tree with the session's rule (exact, lenient or mentored)."""
+        tree, q_ids, q_probs = prepared.tree, prepared.q_ids, prepared.q_probs
         if self.sampling.greedy and self.acceptance.rule == "lenient":
             verdict = verify_greedy_lenient(logits, tree, self.acceptance.parameter)
         elif self.sampling.greedy:
             verdict = verify_greedy(logits, tree)
         else:
             verdict = verify_speculative(standardize(logits, self.sampling), tree, q_ids, q_probs, self.generator, self.rule)
-
-        self.tokens += [round_.tokens[i] for i in verdict.accepted_nodes] + [verdict.next_token]
-        self.cache.keep(start + len(pending), verdict.accepted_nodes)
-        if not self._prompt_offered and self.prefix_cache is not None:
-            self.prefix_cache.store(self.tokens[: start + len(pending) - 1], self.cache)  # the prompt but its last token
-            self._prompt_offered = True
         return verdict
+
+
+@dataclass(frozen=True)
+class PreparedRound:
+    """A validated round, ready for its target pass."""
+
+    round: RoundInput
+    tree: TokenTree
+    q_ids: torch.Tensor  # [n, S]
+    q_probs: torch.Tensor  # [n, S]
+    start: int  # cache length before the pass
+    pending: list[int]  # committed tokens not yet cached; the last one is the tree's root
 
 
 def _checked_tree(round_: RoundInput, limits: Limits, vocab_size: int) -> TokenTree:
@@ -176,16 +206,57 @@ def _q_tensors(round_: RoundInput, vocab_size: int) -> tuple[torch.Tensor, torch
 
 
 class SessionTable:
-    """Counts open sessions against the limit (RESOURCE_EXHAUSTED past it)."""
+    """Open sessions against two limits, RESOURCE_EXHAUSTED past either: their number, and the
+    tokens their KV caches hold (max_kv_tokens = the KV memory limit / kv_bytes_per_token).
 
-    def __init__(self, max_sessions: int) -> None:
+    A new session is admitted only if its prompt fits with `headroom_tokens` to spare for every
+    open session (itself included), so running sessions can keep growing after a refusal; a
+    running session's round is refused only when its own growth would pass the hard limit.
+    """
+
+    def __init__(self, max_sessions: int, max_kv_tokens: int = 0, headroom_tokens: int = 0, retry_after_ms: int = 1000) -> None:
         self.max_sessions = max_sessions
+        self.max_kv_tokens = max_kv_tokens  # 0: no limit
+        self.headroom_tokens = headroom_tokens
+        self.retry_after_ms = retry_after_ms
         self.open = 0
+        self.sessions: set[Session] = set()
 
-    def reserve(self) -> None:
+    def kv_tokens(self) -> int:
+        """Tokens the open sessions' caches hold (committed tokens; in-flight trees aside)."""
+        return sum(len(s.tokens) for s in list(self.sessions))
+
+    def reserve(self, prompt_tokens: int = 0) -> None:
         if self.open >= self.max_sessions:
-            raise ResourceExhausted("open", f"this verifier already serves {self.open} sessions (its limit); retry later or use another verifier")
+            raise ResourceExhausted(
+                "open",
+                f"this verifier already serves {self.open} sessions (its limit); retry in {self.retry_after_ms} ms or use another verifier",
+                retry_after_ms=self.retry_after_ms,
+            )
+        if self.max_kv_tokens:
+            needed = self.kv_tokens() + prompt_tokens + self.headroom_tokens * (self.open + 1)
+            if needed > self.max_kv_tokens:
+                raise ResourceExhausted(
+                    "open",
+                    f"KV memory: {needed} tokens (open sessions, this prompt and headroom) exceed this verifier's {self.max_kv_tokens}; "
+                    f"retry in {self.retry_after_ms} ms or use another verifier",
+                    retry_after_ms=self.retry_after_ms,
+                )
         self.open += 1
 
-    def release(self) -> None:
+    def add(self, session: Session) -> None:
+        self.sessions.add(session)
+
+    def check_round(self, session: Session, prepared: PreparedRound) -> None:
+        """Refuse a round whose tree would take the caches past max_kv_tokens."""
+        if self.max_kv_tokens and self.kv_tokens() + len(prepared.tree) + 1 > self.max_kv_tokens:
+            raise ResourceExhausted(
+                "round",
+                f"KV memory: this round's {len(prepared.tree)} nodes would pass this verifier's limit of {self.max_kv_tokens} tokens; "
+                f"retry in {self.retry_after_ms} ms",
+                retry_after_ms=self.retry_after_ms,
+            )
+
+    def release(self, session: Session | None = None) -> None:
         self.open -= 1
+        self.sessions.discard(session)  # type: ignore[arg-type]

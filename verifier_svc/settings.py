@@ -15,6 +15,11 @@ class VerifierSettings:
     max_sessions: int = field(default=64, metadata={"help": "open sessions at most; more get RESOURCE_EXHAUSTED"})
     max_draft_tokens: int = field(default=32, metadata={"help": "drafted tokens (tree nodes) per round at most"})
     max_draft_depth: int = field(default=16, metadata={"help": "depth of a round's token tree at most"})
+    max_batch_tokens: int = field(default=512, metadata={"help": "new tokens per batched target pass at most (one round always fits)"})
+    max_wait_ms: float = field(default=3.0, metadata={"help": "how long a round may wait for other sessions' rounds to join its pass"})
+    max_pass_rows: int = field(default=0, metadata={"help": "under load, trees are cut so a pass of B rounds has about this many token rows (0: never; ~48 suits a 2-core CPU)"})
+    max_kv_bytes: int = field(default=0, metadata={"help": "KV cache memory of all sessions at most, in bytes; new sessions past it get RESOURCE_EXHAUSTED (0: no limit)"})
+    retry_after_ms: int = field(default=1000, metadata={"help": "the retry hint (trailing metadata retry-after-ms) sent with RESOURCE_EXHAUSTED"})
     context_length: int = field(default=0, metadata={"help": "tokens per session at most (0: the model's own limit)"})
     # About 46 KB a token for SmolLM2-135M in float32 (30 layers x 3 KV heads x 64 x 2 x 4 bytes):
     # 8192 tokens are ~0.4 GB.

@@ -1,0 +1,139 @@
+"""Batched verification against the real model, in-process (fp32 on CPU): rounds of several
+sessions scored in one padded pass give the same tokens, for the same seeds, as each session's
+own unbatched rounds, with sessions of different lengths, trees and sampling settings, joining
+at different rounds (so one's first pass over its whole prompt shares a batch with others'
+short rounds)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from specdec.sampling_params import SamplingParams
+from verifier_svc.batched_pass import PassInput, batch_mask_and_positions, score_batch
+from verifier_svc.session import Limits, RoundInput, Session
+from verifier_svc.target_model import TargetModel
+from verifier_svc.token_tree import ROOT, build_tree, chain, tree_attention_mask, tree_position_ids
+
+# fp32: the batched pass differs from a single session's only in matrix shapes (summation
+# order) and masked padding (the test prints the largest difference it saw); 1e-3 leaves room
+# across BLAS builds while still catching any wrong mask or position (those move logits by
+# whole units).
+LOGIT_ATOL = 1e-3
+LIMITS = Limits(max_draft_tokens=16, max_draft_depth=8, context_length=2048)
+PROMPTS = [
+    "The quick brown fox jumps over the lazy dog. The quick brown fox jumps over the lazy",
+    "def add(a, b):\n    return a + b\n\ndef add(a, b):\n    return",
+    "One, two, three, four, five, six, seven, eight, nine, ten. One, two, three, four,",
+    "Write a short poem about the sea. The sea, the sea, the endless sea; the sea",
+]
+SETTINGS = [
+    (SamplingParams(temperature=0.0), 0),
+    (SamplingParams(temperature=0.8), 11),
+    (SamplingParams(temperature=1.0, top_p=0.9), 12),
+    (SamplingParams(temperature=0.7, top_k=20), 13),
+]
+ROUNDS = 4
+
+
+@pytest.fixture(scope="module")
+def target(reference_model) -> TargetModel:  # type: ignore[no-untyped-def]
+    return TargetModel(reference_model, "reference")
+
+
+def drafted_round(rng: random.Random, session: Session) -> RoundInput:
+    """A tree of copies: continuations of earlier occurrences of the last token (so some are
+    accepted), plus a random branch; sometimes empty."""
+    n = rng.choice([0, 1, 3, 5, 8])
+    tokens, parents = [], []
+    history = session.tokens
+    for i in range(n):
+        parent = rng.choice([ROOT, *range(i)]) if i else ROOT
+        where = rng.randrange(len(history))
+        tokens.append(history[where])
+        parents.append(parent)
+    return RoundInput.point_masses(tokens, parents)
+
+
+def sessions(target: TargetModel, tokenizer) -> list[Session]:  # type: ignore[no-untyped-def]
+    return [Session(target, tokenizer.encode(p), s, seed, LIMITS) for p, (s, seed) in zip(PROMPTS, SETTINGS)]
+
+
+
+
+def run(target: TargetModel, tokenizer, batched: bool) -> tuple[list[list[int]], list[list[torch.Tensor]]]:  # type: ignore[no-untyped-def]
+    """Session k joins at round k. Returns each session's tokens and per-round logits."""
+    group = sessions(target, tokenizer)
+    rngs = [random.Random(100 + k) for k in range(len(group))]
+    logits: list[list[torch.Tensor]] = [[] for _ in group]
+    for step in range(ROUNDS + len(group) - 1):
+        active = [k for k in range(len(group)) if k <= step < k + ROUNDS]
+        prepared = {k: group[k].prepare(drafted_round(rngs[k], group[k])) for k in active}
+        if batched:
+            inputs = [PassInput(group[k].cache, prepared[k].pending, prepared[k].tree) for k in active]
+            scored = dict(zip(active, score_batch(target, inputs)))
+        else:
+            scored = {k: target.score(group[k].cache, prepared[k].pending, prepared[k].tree) for k in active}
+        for k in active:
+            logits[k].append(scored[k])
+            group[k].finish(prepared[k], scored[k])
+    return [s.tokens for s in group], logits
+
+
+def test_batched_rounds_give_the_tokens_of_unbatched_rounds(target: TargetModel, tokenizer) -> None:  # type: ignore[no-untyped-def]
+    """Greedy and sampled sessions (same seeds) commit identical tokens batched or not, and
+    every round's logits agree within LOGIT_ATOL; the caches stay consistent across rounds."""
+    alone_tokens, alone_logits = run(target, tokenizer, batched=False)
+    batch_tokens, batch_logits = run(target, tokenizer, batched=True)
+    assert batch_tokens == alone_tokens
+    worst = max((a - b).abs().max().item() for xs, ys in zip(alone_logits, batch_logits) for a, b in zip(xs, ys))
+    print(f"batched vs unbatched logits: max |difference| {worst:.2e}")
+    assert worst < LOGIT_ATOL
+    # the run did accept drafts somewhere (else the trees were not exercised)
+    prompt_lengths = [len(tokenizer.encode(p)) for p in PROMPTS]
+    assert sum(len(t) - n for t, n in zip(batch_tokens, prompt_lengths)) > len(PROMPTS) * ROUNDS
+
+
+def test_batched_cache_matches_a_fresh_pass(target: TargetModel, tokenizer) -> None:  # type: ignore[no-untyped-def]
+    """After batched rounds, each session's cache gives the same next-token logits as a fresh
+    forward pass over its committed tokens."""
+    group = sessions(target, tokenizer)[:3]
+    rng = random.Random(7)
+    for _ in range(3):
+        prepared = [s.prepare(drafted_round(rng, s)) for s in group]
+        scored = score_batch(target, [PassInput(s.cache, p.pending, p.tree) for s, p in zip(group, prepared)])
+        for s, p, lg in zip(group, prepared, scored):
+            s.finish(p, lg)
+    for s in group:
+        assert len(s.cache) == len(s.tokens) - 1
+        cached = target.score(s.cache, s.tokens[-1:], chain([]))[0]
+        with torch.inference_mode():
+            fresh = target.model(torch.tensor([s.tokens])).logits[0, -1].float()
+        assert torch.allclose(cached, fresh, atol=LOGIT_ATOL)
+
+
+def test_mask_rows_are_each_sessions_own_tree_mask() -> None:
+    """Pure layout check: real rows carry the session's tree mask at its cache slots and at the
+    shared new-token slots; padding keys are invisible to real rows; positions are the tree's."""
+
+    class FakeCache:
+        def __init__(self, n: int) -> None:
+            self.n = n
+
+        def __len__(self) -> int:
+            return self.n
+
+    a = PassInput(FakeCache(5), [9], build_tree([1, 2, 3], [ROOT, 0, ROOT]))  # type: ignore[arg-type]
+    b = PassInput(FakeCache(2), [7, 8], chain([4]))  # type: ignore[arg-type]
+    mask, positions = batch_mask_and_positions([a, b], cached=5, new=4)
+    assert mask.shape == (2, 4, 9) and positions.shape == (2, 4)
+    own_a = tree_attention_mask(a.tree, 5, 1)
+    assert torch.equal(mask[0, :4, :5], own_a[:, :5]) and torch.equal(mask[0, :4, 5:9], own_a[:, 5:])
+    own_b = tree_attention_mask(b.tree, 2, 2)
+    assert torch.equal(mask[1, :3, :2], own_b[:, :2]) and not mask[1, :3, 2:5].any()
+    assert torch.equal(mask[1, :3, 5:8], own_b[:, 2:]) and not mask[1, :3, 8].any()
+    assert mask[1, 3].nonzero().flatten().tolist() == [8]  # padding sees only itself
+    assert positions[0].tolist() == tree_position_ids(a.tree, 5, 1).tolist()
+    assert positions[1].tolist() == [*tree_position_ids(b.tree, 2, 2).tolist(), 4]  # padding repeats the last

@@ -1,0 +1,115 @@
+"""The scheduler with stand-in sessions (no model): a lone session's round runs at once; with
+several sessions open, rounds that arrive within the wait share one pass; the token budget splits
+passes; an invalid round fails only its own stream."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from specdec.errors import InvalidArgument
+from verifier_svc import scheduler as scheduler_module
+from verifier_svc.scheduler import PassRecord, Scheduler
+from verifier_svc.session import RoundInput
+
+
+class FakeTree(list):
+    pass
+
+
+class FakePrepared:
+    def __init__(self, round_: RoundInput) -> None:
+        self.pending = [0]
+        self.tree = FakeTree(round_.tokens)
+
+
+class FakeTarget:
+    def score(self, cache, pending, tree):  # type: ignore[no-untyped-def]
+        return ("alone", list(tree))
+
+
+class FakeSession:
+    def __init__(self) -> None:
+        self.tokens = [1, 2]
+        self.cache = [1]
+        self.target = FakeTarget()
+
+    def prepare(self, round_: RoundInput) -> FakePrepared:
+        if -5 in round_.tokens:
+            raise InvalidArgument("round.nodes.token_id", "bad")
+        return FakePrepared(round_)
+
+    def finish(self, prepared: FakePrepared, logits):  # type: ignore[no-untyped-def]
+        return logits
+
+
+@pytest.fixture(autouse=True)
+def fake_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(scheduler_module, "score_batch", lambda target, inputs: [("batched", list(x.tree)) for x in inputs])
+
+
+def run(open_sessions: int, rounds: list[list[int]], max_wait_s: float, max_batch_tokens: int = 512) -> tuple[list, list[PassRecord], float]:
+    passes: list[PassRecord] = []
+    s = Scheduler(lambda: open_sessions, max_batch_tokens, max_wait_s, on_pass=passes.append)
+    s.start()
+
+    async def go() -> list:
+        return await asyncio.gather(*(s.verify(FakeSession(), RoundInput.point_masses(r)) for r in rounds), return_exceptions=True)  # type: ignore[arg-type]
+
+    started = time.perf_counter()
+    try:
+        results = asyncio.run(go())
+    finally:
+        s.stop()
+    return results, passes, time.perf_counter() - started
+
+
+def test_a_lone_session_does_not_wait() -> None:
+    results, passes, seconds = run(1, [[5, 6]], max_wait_s=2.0)
+    assert results == [("alone", [5, 6])] and [p.rounds for p in passes] == [1]
+    assert seconds < 1.0  # far below the 2 s wait
+
+
+def test_rounds_of_open_sessions_share_a_pass_and_results_route_back() -> None:
+    results, passes, _ = run(3, [[1], [2, 3], [4, 5, 6]], max_wait_s=2.0)
+    assert results == [("batched", [1]), ("batched", [2, 3]), ("batched", [4, 5, 6])]
+    assert [p.rounds for p in passes] == [3] and passes[0].tokens == (1 + 1) + (1 + 2) + (1 + 3)  # pending + nodes
+
+
+def test_a_missing_session_costs_at_most_the_wait() -> None:
+    results, passes, seconds = run(2, [[7]], max_wait_s=0.2)
+    assert results == [("alone", [7])] and 0.2 <= seconds < 1.5
+
+
+def test_token_budget_splits_passes_and_an_invalid_round_fails_alone() -> None:
+    results, passes, _ = run(3, [[1, 2, 3], [-5], [4, 5, 6]], max_wait_s=2.0, max_batch_tokens=5)
+    assert isinstance(results[1], InvalidArgument)
+    assert results[0] == ("alone", [1, 2, 3]) and results[2] == ("alone", [4, 5, 6])
+    assert sorted(p.rounds for p in passes) == [1, 1]
+
+
+def test_under_load_trees_are_cut_to_the_row_budget_and_a_lone_round_is_not() -> None:
+    passes: list[PassRecord] = []
+    s = Scheduler(lambda: 2, 512, 2.0, max_pass_rows=8, on_pass=passes.append)
+    s.start()
+
+    async def go() -> list:
+        both = [s.verify(FakeSession(), RoundInput.point_masses(list(range(1, 7)))) for _ in range(2)]  # type: ignore[arg-type]
+        together = await asyncio.gather(*both)
+        alone = await s.verify(FakeSession(), RoundInput.point_masses(list(range(1, 7))))  # type: ignore[arg-type]
+        return [*together, alone]
+
+    try:
+        results = asyncio.run(go())
+    finally:
+        s.stop()
+    assert results[:2] == [("batched", [1, 2, 3])] * 2  # 8 rows // 2 rounds - 1 pending = 3 nodes
+    assert results[2] == ("alone", [1, 2, 3, 4, 5, 6])
+
+
+def test_prune_keeps_a_prefix_of_nodes_with_their_q() -> None:
+    round_ = RoundInput([5, 6, 7], [-1, 0, -1], [[5], [6, 1], [7]], [[1.0], [0.5, 0.5], [1.0]])
+    assert scheduler_module.prune(round_, 2) == RoundInput([5, 6], [-1, 0], [[5], [6, 1]], [[1.0], [0.5, 0.5]])
+    assert scheduler_module.prune(round_, 5) is round_

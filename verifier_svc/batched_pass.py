@@ -1,0 +1,144 @@
+"""One target forward pass over the rounds of several sessions (batched verification).
+
+Each session brings its own KV cache (length L_b), its pending tokens (committed, not yet
+cached; the last is the tree's root) and its token tree (n_b nodes): T_b = pending_b + n_b new
+tokens. The pass is padded, not ragged:
+
+- keys: every cache is copied into a [B, heads, L, head_dim] tensor per layer, L = max L_b,
+  session b's entries in slots [0, L_b) and masked-out padding in [L_b, L);
+- queries: the new tokens at [B, T], T = max T_b, padding after the real ones;
+- mask: [B, 1, T, L + T] additive. Row b is session b's own tree mask (tree_attention_mask)
+  with its cached columns at [0, L_b) and its new columns at [L + 0, L + T_b); a padding query
+  sees only itself, and no real query sees a padding key;
+- positions: [B, T], session b's own tree_position_ids (padding repeats the last one).
+
+Rotary embeddings are applied to keys as they are cached, so moving a session's entries to
+other slots changes nothing: each real row computes what its session's unbatched pass does, up
+to float rounding (other matrix shapes). Afterwards the T_b real new entries of each session
+are appended to its own cache, exactly as TargetModel.score would have left it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
+
+from verifier_svc.kv_cache import KVCache
+from verifier_svc.target_model import TargetModel
+from verifier_svc.token_tree import TokenTree, tree_attention_mask, tree_position_ids
+
+
+@dataclass(frozen=True)
+class PassInput:
+    """One session's share of a batched pass."""
+
+    cache: KVCache
+    pending: Sequence[int]  # at least one token; the last one is the tree's root
+    tree: TokenTree
+
+
+def batch_shape(inputs: Sequence[PassInput], min_rows: int = 1) -> tuple[int, int]:
+    """(L, T): the padded cache length and new-token length of a pass over `inputs`. T grows
+    so that B * T >= min_rows (CPU BLAS is slow on 2-3 rows: see CPU_MIN_PASS_TOKENS)."""
+    cached = max(len(x.cache) for x in inputs)
+    new = max(len(x.pending) + len(x.tree) for x in inputs)
+    return cached, max(new, -(-min_rows // len(inputs)))
+
+
+def batch_mask_and_positions(inputs: Sequence[PassInput], cached: int, new: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """([B, cached + new] per query row as a [B, new, cached + new] bool mask, [B, new] int64
+    positions) for the padded layout described in the module docstring."""
+    mask = torch.zeros(len(inputs), new, cached + new, dtype=torch.bool)
+    positions = torch.zeros(len(inputs), new, dtype=torch.long)
+    for b, x in enumerate(inputs):
+        start, pending = len(x.cache), len(x.pending)
+        real = pending + len(x.tree)
+        own = tree_attention_mask(x.tree, start, pending)  # [real, start + real]
+        mask[b, :real, :start] = own[:, :start]
+        mask[b, :real, cached : cached + real] = own[:, start:]
+        pad = torch.arange(real, new)
+        mask[b, pad, cached + pad] = True  # padding sees itself, so its softmax is defined
+        positions[b, :real] = tree_position_ids(x.tree, start, pending)
+        positions[b, real:] = positions[b, real - 1]
+    return mask, positions
+
+
+class _SlotLayer(DynamicLayer):
+    """A cache layer over a preallocated [B, heads, cached + new, head_dim] buffer whose first
+    `cached` slots are filled: the pass writes its new entries in place instead of concatenating
+    (DynamicLayer.update would copy every session's padded cache once more)."""
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, cached: int) -> None:
+        super().__init__()
+        self.lazy_initialization(keys, values)
+        self.buffers, self.cached = (keys, values), cached
+        self.keys, self.values = keys[:, :, :cached], values[:, :, :cached]
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:  # type: ignore[override]
+        end = self.cached + key_states.shape[-2]
+        self.buffers[0][:, :, self.cached : end] = key_states
+        self.buffers[1][:, :, self.cached : end] = value_states
+        self.keys, self.values = self.buffers[0][:, :, :end], self.buffers[1][:, :, :end]
+        return self.keys, self.values
+
+    def get_seq_length(self) -> int:
+        return self.keys.shape[-2]
+
+
+def _padded_cache(inputs: Sequence[PassInput], cached: int, new: int, target: TargetModel) -> DynamicCache:
+    """A DynamicCache whose layers hold [B, heads, cached + new, head_dim] buffers, each
+    session's entries first in its row (the rest zeros, masked out), room for the new tokens."""
+    batch = DynamicCache(config=target.model.config)
+    config = target.model.config
+    heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    shape = (len(inputs), heads, cached + new, head_dim)
+    for index in range(len(batch.layers)):
+        keys = torch.zeros(shape, dtype=target.dtype, device=target.device)
+        values = torch.zeros(shape, dtype=target.dtype, device=target.device)
+        for b, x in enumerate(inputs):
+            length = len(x.cache)
+            if length:
+                source = x.cache.cache.layers[index]
+                keys[b, :, :length] = source.keys[0]
+                values[b, :, :length] = source.values[0]
+        batch.layers[index] = _SlotLayer(keys, values, cached)
+    return batch
+
+
+@torch.inference_mode()
+def score_batch(target: TargetModel, inputs: Sequence[PassInput]) -> list[torch.Tensor]:
+    """One forward pass over all sessions' pending tokens and trees. Returns, per session, its
+    [n_b + 1, vocab] float32 CPU logits (row 0 after the root, row i + 1 after node i) and
+    appends its pending_b + n_b new entries to its cache: the contract of TargetModel.score,
+    for every session at once. Sessions must be distinct."""
+    assert len({id(x.cache) for x in inputs}) == len(inputs), "one round per session per pass"
+    cached, new = batch_shape(inputs, target.min_pass_tokens)
+    mask, positions = batch_mask_and_positions(inputs, cached, new)
+    ids = torch.zeros(len(inputs), new, dtype=torch.long)
+    for b, x in enumerate(inputs):
+        tokens = [*x.pending, *x.tree.tokens.tolist()]
+        ids[b, : len(tokens)] = torch.tensor(tokens)
+        ids[b, len(tokens) :] = tokens[-1]
+    additive = torch.zeros(mask.shape, dtype=target.dtype).masked_fill_(~mask, torch.finfo(target.dtype).min)
+    batch_cache = _padded_cache(inputs, cached, new, target)
+    hidden = target.model.base_model(
+        input_ids=ids.to(target.device),
+        position_ids=positions.to(target.device),
+        attention_mask=additive[:, None].to(target.device),
+        past_key_values=batch_cache,
+        use_cache=True,
+    ).last_hidden_state  # [B, new, hidden]
+    # Only the rows acceptance reads go through the output head: the root's and the nodes'.
+    rows = [(b, len(x.pending) - 1 + i) for b, x in enumerate(inputs) for i in range(len(x.tree) + 1)]
+    picked = hidden[[b for b, _ in rows], [t for _, t in rows]]  # [sum(n_b + 1), hidden]
+    logits = target.model.get_output_embeddings()(picked).float().cpu()
+    for index, layer in enumerate(batch_cache.layers):
+        for b, x in enumerate(inputs):
+            real = len(x.pending) + len(x.tree)
+            x.cache.cache.update(layer.keys[b : b + 1, :, cached : cached + real], layer.values[b : b + 1, :, cached : cached + real], index)
+    return list(logits.split([len(x.tree) + 1 for x in inputs]))

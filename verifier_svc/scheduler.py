@@ -1,0 +1,186 @@
+"""The verifier's round scheduler: rounds waiting from all open sessions go into one target pass.
+
+Streams submit rounds from the event loop; one worker thread owns the target model. It takes
+the first waiting round and, only while other sessions are open and have not yet submitted,
+waits at most `max_wait_s` for them; then it takes waiting rounds while rounds x the
+longest round's new tokens stay within `max_batch_tokens` (always at least one round) and runs them as one pass
+(batched_pass.score_batch; a lone round runs TargetModel.score, so a single session pays no
+extra latency). Rounds that arrive while a pass runs wait for the next one. Each round's
+validation or acceptance error goes back to its own stream only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from verifier_svc.acceptance import RoundVerdict
+from verifier_svc.batched_pass import PassInput, score_batch
+from verifier_svc.session import PreparedRound, RoundInput, Session
+
+
+@dataclass
+class _Waiting:
+    session: Session
+    round: RoundInput
+    future: asyncio.Future
+    loop: asyncio.AbstractEventLoop
+    arrived: float = field(default_factory=time.perf_counter)
+
+
+@dataclass(frozen=True)
+class PassRecord:
+    """What one pass did, for metrics: rounds in it, new tokens, the waits of its rounds, seconds."""
+
+    rounds: int
+    tokens: int
+    waits: list[float]
+    seconds: float
+
+
+class Scheduler:
+    def __init__(
+        self,
+        open_sessions: Callable[[], int],
+        max_batch_tokens: int = 512,
+        max_wait_s: float = 0.003,
+        max_pass_rows: int = 0,
+        on_pass: Callable[[PassRecord], None] | None = None,
+        before_pass: Callable[[Session, PreparedRound], None] | None = None,
+    ) -> None:
+        """open_sessions: how many sessions could submit a round (the wait stops once that many
+        rounds are waiting). before_pass: a check per prepared round (e.g. KV memory) that may
+        raise to refuse that round alone. max_pass_rows (0: off): under load, each round of a
+        B-round pass keeps at most max_pass_rows // B - pending of its nodes (see prune)."""
+        self.open_sessions = open_sessions
+        self.max_batch_tokens = max_batch_tokens
+        self.max_wait_s = max_wait_s
+        self.max_pass_rows = max_pass_rows
+        self.on_pass = on_pass
+        self.before_pass = before_pass
+        self._queue: deque[_Waiting] = deque()
+        self._cond = threading.Condition()
+        self._stopped = False
+        self._worker: threading.Thread | None = None
+
+    def depth(self) -> int:
+        """Rounds waiting for a pass."""
+        return len(self._queue)
+
+    def start(self) -> None:
+        self._worker = threading.Thread(target=self._run, name="target-scheduler", daemon=True)
+        self._worker.start()
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopped = True
+            self._cond.notify()
+
+    async def verify(self, session: Session, round_: RoundInput) -> RoundVerdict:
+        """Queue a round; resolves with its verdict once a pass has scored it."""
+        loop = asyncio.get_running_loop()
+        waiting = _Waiting(session, round_, loop.create_future(), loop)
+        with self._cond:
+            self._queue.append(waiting)
+            self._cond.notify()
+        return await waiting.future
+
+    def _take(self) -> list[_Waiting]:
+        """Block for the first round, wait briefly for others, take up to the token budget."""
+        with self._cond:
+            while not self._queue and not self._stopped:
+                self._cond.wait()
+            if self._stopped:
+                return []
+            deadline = self._queue[0].arrived + self.max_wait_s
+            while len(self._queue) < self.open_sessions() and (left := deadline - time.perf_counter()) > 0:
+                self._cond.wait(left)
+            # The pass is padded to its longest round, so the budget counts rounds x that
+            # length: a long prompt (a session's first round) does not drag every short round
+            # through its length. Rounds that do not fit wait, in order, for the next pass.
+            taken: list[_Waiting] = [self._queue.popleft()]
+            longest = _new_tokens(taken[0])
+            kept: deque[_Waiting] = deque()
+            while self._queue:
+                w = self._queue.popleft()
+                if (len(taken) + 1) * max(longest, _new_tokens(w)) <= self.max_batch_tokens:
+                    taken.append(w)
+                    longest = max(longest, _new_tokens(w))
+                else:
+                    kept.append(w)
+            self._queue = kept
+            return taken
+
+    def _run(self) -> None:
+        while batch := self._take():
+            self.run_pass(batch)
+
+    def run_pass(self, batch: list[_Waiting]) -> None:
+        """Prepare each round, score the valid ones in one pass, finish each; resolve futures."""
+        started = time.perf_counter()
+        ready: list[tuple[_Waiting, PreparedRound]] = []
+        for w in batch:
+            try:
+                round_ = w.round
+                if self.max_pass_rows and len(batch) > 1:
+                    pending = len(w.session.tokens) - len(w.session.cache)
+                    round_ = prune(round_, max(0, self.max_pass_rows // len(batch) - pending))
+                prepared = w.session.prepare(round_)
+                if self.before_pass:
+                    self.before_pass(w.session, prepared)
+                ready.append((w, prepared))
+            except Exception as error:  # noqa: BLE001 - goes back to that round's stream
+                _resolve(w, error=error)
+        if not ready:
+            return
+        try:
+            if len(ready) == 1:
+                w, p = ready[0]
+                scored = [w.session.target.score(w.session.cache, p.pending, p.tree)]
+            else:
+                scored = score_batch(ready[0][0].session.target, [PassInput(w.session.cache, p.pending, p.tree) for w, p in ready])
+        except Exception as error:  # noqa: BLE001 - a failed pass fails its rounds, not the worker
+            for w, _ in ready:
+                _resolve(w, error=error)
+            return
+        for (w, p), logits in zip(ready, scored):
+            try:
+                _resolve(w, result=w.session.finish(p, logits))
+            except Exception as error:  # noqa: BLE001
+                _resolve(w, error=error)
+        if self.on_pass:
+            tokens = sum(len(p.pending) + len(p.tree) for _, p in ready)
+            self.on_pass(PassRecord(len(ready), tokens, [started - w.arrived for w, _ in ready], time.perf_counter() - started))
+
+
+def prune(round_: RoundInput, nodes: int) -> RoundInput:
+    """The round's first `nodes` nodes: still a valid token tree (parents come before their
+    children), each node with its own q, and later siblings only dropped, so the exact rule
+    stays exact over it (a node's verdict depends only on its ancestors and earlier siblings).
+    Verdict node indices are the same in both trees. This is how speculation turns down under
+    load: on a compute-bound device, B sessions' trees cost B x T rows per pass while a plain
+    step costs B."""
+    if len(round_.tokens) <= nodes:
+        return round_
+    return RoundInput(round_.tokens[:nodes], round_.parents[:nodes], round_.q_token_ids[:nodes], round_.q_probs[:nodes])
+
+
+def _new_tokens(w: _Waiting) -> int:
+    """Tokens a round adds to its pass: the pending ones (not yet cached) and its nodes."""
+    return len(w.session.tokens) - len(w.session.cache) + len(w.round.tokens)
+
+
+def _resolve(w: _Waiting, result: RoundVerdict | None = None, error: BaseException | None = None) -> None:
+    def settle() -> None:
+        if w.future.done():  # the stream went away (cancelled)
+            return
+        if error is not None:
+            w.future.set_exception(error)
+        else:
+            w.future.set_result(result)
+
+    w.loop.call_soon_threadsafe(settle)
