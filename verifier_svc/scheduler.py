@@ -12,6 +12,7 @@ validation or acceptance error goes back to its own stream only.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from collections import deque
@@ -21,6 +22,8 @@ from dataclasses import dataclass, field
 from verifier_svc.acceptance import RoundVerdict
 from verifier_svc.batched_pass import PassInput, score_batch
 from verifier_svc.session import PreparedRound, RoundInput, Session
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -117,7 +120,12 @@ class Scheduler:
 
     def _run(self) -> None:
         while batch := self._take():
-            self.run_pass(batch)
+            try:
+                self.run_pass(batch)
+            except Exception as error:  # noqa: BLE001 - the worker must outlive any one pass
+                log.exception("a target pass failed")
+                for w in batch:
+                    _resolve(w, error=error)
 
     def run_pass(self, batch: list[_Waiting]) -> None:
         """Prepare each round, score the valid ones in one pass, finish each; resolve futures."""
@@ -170,7 +178,10 @@ def prune(round_: RoundInput, nodes: int) -> RoundInput:
 
 
 def _new_tokens(w: _Waiting) -> int:
-    """Tokens a round adds to its pass: the pending ones (not yet cached) and its nodes."""
+    """Tokens a round adds to its pass: the pending ones (not yet cached) and its nodes (0 for a
+    session that ended while its round waited: prepare() refuses that round)."""
+    if w.session.closed:
+        return 0
     return len(w.session.tokens) - len(w.session.cache) + len(w.round.tokens)
 
 
@@ -183,4 +194,7 @@ def _resolve(w: _Waiting, result: RoundVerdict | None = None, error: BaseExcepti
         else:
             w.future.set_result(result)
 
-    w.loop.call_soon_threadsafe(settle)
+    try:
+        w.loop.call_soon_threadsafe(settle)
+    except RuntimeError:  # the stream's event loop is gone (shutdown): nobody waits for this round
+        pass

@@ -160,6 +160,8 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServicer):
                 elif kind == "round":
                     if session is None:
                         raise FailedPrecondition("round", "no session: the stream's first message must be `open`")
+                    if session.closed:  # checked here too: a closed session has no cache to queue a round on
+                        raise FailedPrecondition("round", "the session has ended")
                     started = time.perf_counter()
                     queued = self.rounds_in_flight
                     self.rounds_in_flight += 1
@@ -178,5 +180,7 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServicer):
                 else:
                     raise InvalidArgument("kind", "a VerifyRequest must set open, round or close")
         finally:
+            if session is not None:
+                session.closed = True  # a round of this stream still queued is refused, not scored
             if reserved:
                 self.sessions.release(session)

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from specdec.errors import InvalidArgument
+from specdec.errors import FailedPrecondition, InvalidArgument
 from verifier_svc import scheduler as scheduler_module
 from verifier_svc.scheduler import PassRecord, Scheduler
 from verifier_svc.session import RoundInput
@@ -33,10 +33,13 @@ class FakeTarget:
 class FakeSession:
     def __init__(self) -> None:
         self.tokens = [1, 2]
-        self.cache = [1]
+        self.cache: list[int] | None = [1]
         self.target = FakeTarget()
+        self.closed = False
 
     def prepare(self, round_: RoundInput) -> FakePrepared:
+        if self.closed:
+            raise FailedPrecondition("round", "the session has ended")
         if -5 in round_.tokens:
             raise InvalidArgument("round.nodes.token_id", "bad")
         return FakePrepared(round_)
@@ -113,3 +116,32 @@ def test_prune_keeps_a_prefix_of_nodes_with_their_q() -> None:
     round_ = RoundInput([5, 6, 7], [-1, 0, -1], [[5], [6, 1], [7]], [[1.0], [0.5, 0.5], [1.0]])
     assert scheduler_module.prune(round_, 2) == RoundInput([5, 6], [-1, 0], [[5], [6, 1]], [[1.0], [0.5, 0.5]])
     assert scheduler_module.prune(round_, 5) is round_
+
+
+def test_a_round_whose_session_ended_while_it_waited_fails_alone_and_the_worker_lives_on() -> None:
+    ended = FakeSession()
+    ended.closed, ended.cache = True, None  # what closing a session leaves
+    failing_hook_calls: list[PassRecord] = []
+
+    def on_pass(record: PassRecord) -> None:  # a hook that breaks must not stop the worker either
+        failing_hook_calls.append(record)
+        raise RuntimeError("metrics backend down")
+
+    s = Scheduler(lambda: 2, 512, 0.5, on_pass=on_pass)
+    s.start()
+
+    async def go() -> list:
+        first = await asyncio.gather(
+            s.verify(ended, RoundInput.point_masses([7])), s.verify(FakeSession(), RoundInput.point_masses([8])),  # type: ignore[arg-type]
+            return_exceptions=True,
+        )
+        later = await asyncio.wait_for(s.verify(FakeSession(), RoundInput.point_masses([9])), timeout=5)  # type: ignore[arg-type]
+        return [*first, later]
+
+    try:
+        refused, served, later = asyncio.run(go())
+    finally:
+        s.stop()
+    assert isinstance(refused, FailedPrecondition) and refused.field == "round"
+    assert served == ("alone", [8]) and later == ("alone", [9])
+    assert failing_hook_calls  # the hook raised after the first pass, and `later` was still served
