@@ -47,6 +47,9 @@ class Record:
     draft_seconds: float | None = None
     differs_from_baseline: bool | None = None  # greedy runs only
     first_difference: int | None = None  # index of the first token that differs
+    differs_from_transformers: bool | None = None  # greedy runs with the hf-generate peer only
+    drafted_by_position: tuple[int, ...] = ()
+    accepted_by_position: tuple[int, ...] = ()
     text: str | None = None
     error: str | None = None
 
@@ -63,9 +66,11 @@ def _tokens_per_second(out: Output) -> float:
 
 
 def make_record(
-    prompt: Prompt, system: str, position: int, out: Output | str, baseline: Output | str | None, greedy: bool
+    prompt: Prompt, system: str, position: int, out: Output | str, baseline: Output | str | None, greedy: bool,
+    transformers: Output | str | None = None,
 ) -> Record:
-    """A record of `out`, or of a failure when `out` is the error message."""
+    """A record of `out`, or of a failure when `out` is the error message. Greedy outputs are
+    compared with the baseline's and, when given, with transformers' own greedy output."""
     base = dict(question_id=prompt.question_id, category=prompt.category, row=prompt.row, system=system, position=position)
     if isinstance(out, str):
         return Record(**base, error=out)
@@ -77,6 +82,9 @@ def make_record(
         if greedy:
             first = _first_difference(out.token_ids, baseline.token_ids)
             differs = first is not None
+    differs_hf = None
+    if greedy and isinstance(transformers, Output):
+        differs_hf = _first_difference(out.token_ids, transformers.token_ids) is not None
     return Record(
         **base, prompt_tokens=out.prompt_tokens, new_tokens=len(out.token_ids), wall_seconds=out.wall_seconds,
         tokens_per_second=tps, speedup=speedup, finish_reason=out.finish_reason, rounds=out.rounds,
@@ -84,7 +92,8 @@ def make_record(
         time_to_first_token_seconds=out.time_to_first_token_seconds, discarded_tokens=out.discarded_tokens,
         overlap_hits=out.overlap_hits, overlap_misses=out.overlap_misses,
         hidden_draft_seconds=out.hidden_draft_seconds, draft_seconds=out.draft_seconds, differs_from_baseline=differs,
-        first_difference=first, text=out.text,
+        first_difference=first, differs_from_transformers=differs_hf, drafted_by_position=out.drafted_by_position,
+        accepted_by_position=out.accepted_by_position, text=out.text,
     )
 
 
@@ -104,6 +113,17 @@ class Summary:
     overlap_hit_rate: float | None = None  # hits / (hits + misses); None without overlap
     hidden_draft_ms_per_token: float | None = None  # drafting ms that overlapped verification, per token
     draft_ms_per_token: float | None = None  # drafting ms on the critical path, per token
+    time_to_first_token_ms: float | None = None  # median over prompts
+    differs_from_transformers: int | None = None  # prompts whose tokens differ from hf-generate's
+    acceptance_by_position: tuple[float, ...] = ()  # pooled, per draft depth
+
+
+def _by_position(records: Sequence[Record]) -> tuple[float, ...]:
+    """Per draft depth: rounds whose accepted path reached it / rounds whose draft reached it."""
+    depth = max((len(r.drafted_by_position) for r in records), default=0)
+    drafted = [sum(r.drafted_by_position[i] for r in records if i < len(r.drafted_by_position)) for i in range(depth)]
+    accepted = [sum(r.accepted_by_position[i] for r in records if i < len(r.accepted_by_position)) for i in range(depth)]
+    return tuple(a / d for a, d in zip(accepted, drafted) if d)
 
 
 def _median(values: Sequence[float | None]) -> float | None:
@@ -132,6 +152,12 @@ def _summarize(row: str, system: str, records: Sequence[Record], greedy: bool) -
         overlap_hit_rate=hits / tries if tries else None,
         hidden_draft_ms_per_token=1000 * sum(r.hidden_draft_seconds or 0 for r in ok) / tokens if tries else None,
         draft_ms_per_token=1000 * sum(r.draft_seconds or 0 for r in ok) / tokens if counted else None,
+        time_to_first_token_ms=_median([1000 * r.time_to_first_token_seconds for r in ok if r.time_to_first_token_seconds]),
+        differs_from_transformers=(
+            sum(bool(r.differs_from_transformers) for r in ok)
+            if greedy and any(r.differs_from_transformers is not None for r in ok) else None
+        ),
+        acceptance_by_position=_by_position(ok),
     )
 
 
@@ -153,9 +179,10 @@ def _fmt(value: float | int | None, spec: str) -> str:
 def markdown_table(summaries: Sequence[Summary]) -> str:
     header = (
         "| task | system | prompts | tok/s (median) | speedup vs baseline | acceptance rate "
-        "| mean acceptance length | verification rate | discard rate | outputs differing from baseline |"
+        "| mean acceptance length | verification rate | discard rate | time to first token (ms, median) "
+        "| outputs differing from baseline | from transformers |"
     )
-    lines = [header, "|" + "---|" * 10]
+    lines = [header, "|" + "---|" * 12]
     for s in summaries:
         failed = f" ({s.failures} failed)" if s.failures else ""
         speedup = "1.00x" if s.system == BASELINE else _fmt(s.speedup, ".2f") + ("x" if s.speedup is not None else "")
@@ -163,8 +190,8 @@ def markdown_table(summaries: Sequence[Summary]) -> str:
         lines.append(
             f"| {task} | {s.system} | {s.prompts}{failed} | {_fmt(s.tokens_per_second, '.1f')} | {speedup} "
             f"| {_fmt(s.acceptance_rate, '.2f')} | {_fmt(s.mean_acceptance_length, '.2f')} "
-            f"| {_fmt(s.verification_rate, '.3f')} | {_fmt(s.discard_rate, '.3f')} "
-            f"| {_fmt(s.differs_from_baseline, 'd')} |"
+            f"| {_fmt(s.verification_rate, '.3f')} | {_fmt(s.discard_rate, '.3f')} | {_fmt(s.time_to_first_token_ms, '.0f')} "
+            f"| {_fmt(s.differs_from_baseline, 'd')} | {_fmt(s.differs_from_transformers, 'd')} |"
         )
     return "\n".join(lines)
 

@@ -23,7 +23,10 @@ import grpc
 from bench.machine import describe
 from bench.prompts import QUESTIONS_FILE, TASKS, Prompt, bench_dir, load_questions, select
 from bench.report import Record, Summary, make_record, markdown_table, policy_table, summarize
-from bench.systems import DEFAULT_CONFIGS, Decoding, Output, SpecdecConfig, SpecdecSystem, System, parse_configs
+from bench.plots import acceptance_plot, speedup_plot
+from bench.systems import (
+    DEFAULT_CONFIGS, TRANSFORMERS_REFERENCE, Decoding, Output, SpecdecConfig, SpecdecSystem, System, parse_configs,
+)
 from specdec.client import Client
 from specdec.launcher import LocalCluster
 
@@ -47,8 +50,13 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                    help="specdec configurations: baseline (k=0, always run), DRAFTER-kN (chains) or DRAFTER-kN-tM "
                         "(trees of M nodes), e.g. copy-k8, ngram-k4, copy-k4-t12; a suffix -POLICY (auto, leviathan, "
                         "specdec++, copy-confidence, fixed) and -overlap, e.g. copy-k8-auto-overlap")
-    p.add_argument("--peers", action="store_true",
-                   help="also run transformers' generate(): plain (hf-generate) and with prompt lookup (hf-prompt-lookup)")
+    p.add_argument("--peers", action=argparse.BooleanOptionalAction, default=True,
+                   help="also run the peers on the same model (default: on): transformers' generate() plain (hf-generate), "
+                        "with prompt lookup (hf-prompt-lookup) and with assisted generation (hf-assisted, when a draft "
+                        "model is given or built); llama.cpp plain and with prompt lookup when llama-cpp-python is installed")
+    p.add_argument("--assistant", type=Path, default=None, metavar="DIR",
+                   help="transformers model folder of the draft model for hf-assisted (default: the distilled small "
+                        "drafter of `specdec draft build small`, if built)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 (default) is greedy and checks outputs")
     p.add_argument("--seed", type=int, default=0, help="sampling seed; prompt i uses seed + i")
     p.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results",
@@ -82,8 +90,10 @@ def run(systems: Sequence[System], prompts: Sequence[Prompt], max_new_tokens: in
         decoding = Decoding(max_new_tokens, temperature, seed + i)
         order = list(systems) if i % 2 == 0 else list(reversed(systems))
         outputs = {s.name: _generate(s, prompt, decoding) for s in order}
-        baseline = outputs[systems[0].name]
-        records += [make_record(prompt, s.name, order.index(s), outputs[s.name], baseline, decoding.greedy) for s in systems]
+        baseline, reference = outputs[systems[0].name], outputs.get(TRANSFORMERS_REFERENCE)
+        records += [
+            make_record(prompt, s.name, order.index(s), outputs[s.name], baseline, decoding.greedy, reference) for s in systems
+        ]
         speeds = ", ".join(f"{r.system} {r.tokens_per_second:.1f}" for r in records[-len(systems):] if r.error is None)
         print(f"[{i + 1}/{len(prompts)}] {prompt.row} q{prompt.question_id}: tok/s {speeds}", file=sys.stderr, flush=True)
     return records
@@ -120,7 +130,14 @@ def _write(args: argparse.Namespace, argv: Sequence[str], started: datetime, ela
     legend = ("tok/s: new tokens / wall seconds of one generate call (prefill included); "
               "columns explained in bench/README.md")
     notes = "".join(f"\n- warning: {w}" for w in warnings)
-    text = f"# {title}\n\n{machine_line}\n\n{markdown_table(summaries)}\n\n{legend}\n{notes}\n"
+    stamp = started.strftime("%Y%m%d-%H%M%S")
+    args.out.mkdir(parents=True, exist_ok=True)
+    plots = [
+        speedup_plot(summaries, title, args.out / f"spec_bench-{stamp}-speedup.png"),
+        acceptance_plot(summaries, title, args.out / f"spec_bench-{stamp}-acceptance.png"),
+    ]
+    images = "".join(f"\n![{p.stem}]({p.name})\n" for p in plots if p is not None)
+    text = f"# {title}\n\n{machine_line}\n\n{markdown_table(summaries)}\n\n{legend}\n{notes}\n{images}"
     fixed = [c.name for c in configs if c.num_draft_tokens > 0 and c.draft_policy == "fixed" and not c.overlap]
     others = [c.name for c in configs if c.num_draft_tokens > 0 and c.name not in fixed]
     if fixed and others:
@@ -128,13 +145,12 @@ def _write(args: argparse.Namespace, argv: Sequence[str], started: datetime, ela
                  f"passes and discarded drafts per generated token)\n\n{policy_table(summaries, fixed, others)}\n")
     print(text)
 
-    stamp = started.strftime("%Y%m%d-%H%M%S")
-    args.out.mkdir(parents=True, exist_ok=True)
     md_path, json_path = args.out / f"spec_bench-{stamp}.md", args.out / f"spec_bench-{stamp}.json"
     md_path.write_text(text, encoding="utf-8")
     options = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
     payload = {
-        "run": {**options, "argv": list(argv), "started": started.isoformat(), "seconds": elapsed, "systems": list(systems)},
+        "run": {**options, "argv": list(argv), "started": started.isoformat(), "seconds": elapsed, "systems": list(systems),
+                "plots": [p.name for p in plots if p is not None]},
         "machine": machine,
         "warnings": list(warnings),
         "summary": [dataclasses.asdict(s) for s in summaries],
@@ -142,6 +158,32 @@ def _write(args: argparse.Namespace, argv: Sequence[str], started: datetime, ela
     }
     json_path.write_text(json.dumps(payload, indent=1, ensure_ascii=False), encoding="utf-8")
     print(f"wrote {md_path} and {json_path}", file=sys.stderr)
+
+
+def default_assistant() -> Path | None:
+    """The distilled small drafter as a transformers folder, if `specdec draft build small` made it."""
+    from specdec.model_files import drafter_dir
+
+    folder = drafter_dir("default", "small") / "torch"
+    return folder if (folder / "config.json").is_file() else None
+
+
+def _peers(assistant: Path | None, skipped: list[str]) -> list[System]:
+    """The peers that can run here; why the others cannot is appended to `skipped`."""
+    from bench.llama_cpp_peers import llama_cpp_peers
+    from bench.peers import hf_peers  # imports torch and transformers: only for peers
+    from specdec.model_files import tokenizer_dir
+    from specdec.tokenizer import Tokenizer
+
+    assistant = assistant or default_assistant()
+    if assistant is None:
+        skipped.append("hf-assisted skipped: no draft model (build one with `specdec draft build small`, or pass --assistant)")
+    peers: list[System] = [*hf_peers(assistant)]
+    llama, why = llama_cpp_peers(Tokenizer(tokenizer_dir("default")))
+    peers += llama
+    if why:
+        skipped.append(why)
+    return peers
 
 
 def main(argv: Sequence[str]) -> int:
@@ -158,14 +200,13 @@ def main(argv: Sequence[str]) -> int:
     started = datetime.now(timezone.utc)
     machine = describe()
     log_dir = Path(tempfile.mkdtemp(prefix="specdec-bench-"))
-    print(f"{len(prompts)} prompts x {len(configs) + 2 * args.peers} systems, {args.max_new_tokens} new tokens, "
-          f"temperature {args.temperature}; service logs in {log_dir}", file=sys.stderr, flush=True)
+    skipped: list[str] = []
     with LocalCluster(log_dir) as cluster, Client(cluster.address) as client:
         systems: list[System] = [SpecdecSystem(client, c) for c in configs]
         if args.peers:
-            from bench.peers import hf_peers  # imports torch and transformers: only when asked
-
-            systems += hf_peers()
+            systems += _peers(args.assistant, skipped)
+        print(f"{len(prompts)} prompts x {len(systems)} systems, {args.max_new_tokens} new tokens, "
+              f"temperature {args.temperature}; service logs in {log_dir}", file=sys.stderr, flush=True)
         t0 = time.perf_counter()
         records = run(systems, prompts, args.max_new_tokens, args.temperature, args.seed)
         elapsed = time.perf_counter() - t0
@@ -174,6 +215,7 @@ def main(argv: Sequence[str]) -> int:
     names = [s.name for s in systems]
     summaries = summarize(records, rows, names, greedy=args.temperature == 0.0)
     warnings, failed = _problems(records, {c.name for c in configs if c.num_draft_tokens > 0})
+    warnings = skipped + warnings
     _write(args, argv, started, elapsed, machine, names, records, summaries, warnings, configs)
     return 1 if failed else 0
 

@@ -22,6 +22,7 @@ from drafter_svc.drafter import DRAFTER_NAMES
 from specdec.client import Client
 
 BASELINE = "baseline"
+TRANSFORMERS_REFERENCE = "hf-generate"  # transformers' plain generate(): greedy outputs are compared with it
 DEFAULT_CONFIGS: tuple[str, ...] = (BASELINE, "copy-k4", "copy-k8", "ngram-k4")
 _CONFIG_NAME = re.compile(
     r"(?P<drafter>[a-z_]+)-k(?P<k>\d+)(-t(?P<nodes>\d+))?"
@@ -61,6 +62,8 @@ class Output:
     overlap_misses: int | None = None
     hidden_draft_seconds: float | None = None
     draft_seconds: float | None = None
+    drafted_by_position: tuple[int, ...] = ()  # rounds whose draft reached each depth
+    accepted_by_position: tuple[int, ...] = ()  # rounds whose accepted path reached it
 
 
 class System(Protocol):
@@ -148,4 +151,6 @@ class SpecdecSystem:
             overlap_misses=s.overlap_misses,
             hidden_draft_seconds=s.hidden_draft_seconds,
             draft_seconds=s.draft_seconds,
+            drafted_by_position=tuple(s.drafted_by_position),
+            accepted_by_position=tuple(s.accepted_by_position),
         )

@@ -48,7 +48,22 @@ class Stats:
     overlap_hits: int = 0
     overlap_misses: int = 0
     hidden_draft_seconds: float = 0.0
+    drafted_by_position: list[int] = field(default_factory=list)
+    accepted_by_position: list[int] = field(default_factory=list)
     started: float = field(default_factory=time.perf_counter)
+
+    def count_round(self, draft: Draft, accepted: int) -> None:
+        """Tally one verified round: its draft and the length of its accepted path."""
+        self.rounds += 1
+        self.drafted_tokens += len(draft)
+        self.accepted_tokens += accepted
+        depth = draft.depth()
+        grow = depth - len(self.drafted_by_position)
+        self.drafted_by_position += [0] * grow
+        self.accepted_by_position += [0] * grow
+        for position in range(depth):
+            self.drafted_by_position[position] += 1
+            self.accepted_by_position[position] += position < accepted
 
     def to_proto(self) -> drafter_pb2.GenerationStats:
         return drafter_pb2.GenerationStats(
@@ -74,6 +89,8 @@ class Stats:
             overlap_hits=self.overlap_hits,
             overlap_misses=self.overlap_misses,
             hidden_draft_seconds=self.hidden_draft_seconds,
+            drafted_by_position=self.drafted_by_position,
+            accepted_by_position=self.accepted_by_position,
         )
 
 
@@ -157,9 +174,7 @@ async def generate(
                     stats.hidden_draft_seconds += prefetcher.last_seconds
             else:
                 ahead = None
-            stats.rounds += 1
-            stats.drafted_tokens += len(draft)
-            stats.accepted_tokens += len(path)
+            stats.count_round(draft, len(path))
             stats.verify_seconds += verdict.verify_seconds
 
             finish = drafter_pb2.FINISH_REASON_UNSPECIFIED

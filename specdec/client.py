@@ -41,6 +41,8 @@ class GenerationStats:
     overlap_hits: int = 0
     overlap_misses: int = 0
     hidden_draft_seconds: float = 0.0
+    drafted_by_position: tuple[int, ...] = ()  # per draft depth: rounds whose draft reached it
+    accepted_by_position: tuple[int, ...] = ()  # per draft depth: rounds whose accepted path reached it
 
     @property
     def tokens_per_second(self) -> float:
@@ -58,7 +60,8 @@ class GenerationStats:
 
     @classmethod
     def from_proto(cls, msg: drafter_pb2.GenerationStats) -> GenerationStats:
-        return cls(**{f.name: getattr(msg, f.name) for f in dataclasses.fields(cls)})
+        values = {f.name: getattr(msg, f.name) for f in dataclasses.fields(cls)}
+        return cls(**{k: v if isinstance(v, (bool, int, float, str)) else tuple(v) for k, v in values.items()})
 
 
 @dataclass(frozen=True)

@@ -32,3 +32,22 @@ def test_rates_and_the_best_fixed_length_chosen_after_the_fact() -> None:
     row = next(line for line in table.splitlines() if line.startswith("| mt_bench"))
     assert "copy-k2: 2.00x (0.62 / 0.38)" in row  # the faster fixed length, its passes and discards per token
     assert "2.50x (0.50 / 0.50), hits 25%" in row
+
+
+def test_acceptance_by_position_is_pooled_and_outputs_are_compared_with_transformers() -> None:
+    prompt = Prompt(2, "qa", "qa", "hi")
+    reference = Output(token_ids=[1, 2, 3], text="", finish_reason="length", wall_seconds=1.0, prompt_tokens=5)
+    same = Output(token_ids=[1, 2, 3], text="", finish_reason="length", wall_seconds=1.0, prompt_tokens=5,
+                  rounds=2, drafted_tokens=5, accepted_tokens=1, drafted_by_position=(2, 2, 1), accepted_by_position=(1, 0, 0))
+    other = Output(token_ids=[1, 9, 3], text="", finish_reason="length", wall_seconds=1.0, prompt_tokens=5,
+                   rounds=1, drafted_tokens=2, accepted_tokens=2, drafted_by_position=(1, 1), accepted_by_position=(1, 1))
+    records = [
+        make_record(prompt, "copy-k3", 0, same, reference, greedy=True, transformers=reference),
+        make_record(Prompt(3, "qa", "qa", "ho"), "copy-k3", 0, other, reference, greedy=True, transformers=reference),
+    ]
+    (row, overall) = summarize(records, ["qa"], ["copy-k3"], greedy=True)
+    assert overall.acceptance_by_position == (2 / 3, 1 / 3, 0.0)  # (1+1)/(2+1), (0+1)/(2+1), 0/1
+    assert overall.differs_from_transformers == 1 and overall.differs_from_baseline == 1
+    sampled = summarize([make_record(prompt, "copy-k3", 0, other, reference, greedy=False, transformers=reference)],
+                        ["qa"], ["copy-k3"], greedy=False)
+    assert sampled[0].differs_from_transformers is None

@@ -1,0 +1,78 @@
+"""Peers: llama.cpp (through llama-cpp-python) on the same GGUF file the verifier dequantizes.
+
+`llama-cpp` is plain decoding; `llama-cpp-prompt-lookup` uses llama-cpp-python's prompt lookup
+draft (`LlamaPromptLookupDecoding`), its built-in n-gram drafter. Both get the token ids our
+services see (the same chat template) and sample from the same distribution: temperature as
+asked, top-k and top-p off, min-p and repeat penalty off (llama.cpp's defaults are not). The time
+to first token is when its generator yields the first token.
+
+llama-cpp-python compiles llama.cpp from source on install (about 20 minutes on a 2-core CPU),
+so it is an optional extra (`pip install -e '.[llama]'`, once; pip caches the built wheel).
+`llama_cpp_peers()` returns no peers, with the reason, when it is not installed.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from bench.systems import Decoding, Output
+from specdec.model_files import default_gguf
+from specdec.tokenizer import Tokenizer
+
+PROMPT_LOOKUP_NUM_TOKENS = 10
+CONTEXT_TOKENS = 4096
+MISSING = "llama.cpp peers skipped: llama-cpp-python is not installed (pip install -e '.[llama]'; compiles ~20 min)"
+
+
+class LlamaCppSystem:
+    """One llama.cpp model (plain, or with a prompt-lookup draft)."""
+
+    def __init__(self, name: str, gguf: Path, tokenizer: Tokenizer, prompt_lookup: bool) -> None:
+        from llama_cpp import Llama
+        from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+
+        self.name = name
+        self._tokenizer = tokenizer
+        draft = LlamaPromptLookupDecoding(num_pred_tokens=PROMPT_LOOKUP_NUM_TOKENS) if prompt_lookup else None
+        self._llm = Llama(
+            model_path=str(gguf), n_ctx=CONTEXT_TOKENS, n_threads=os.cpu_count(), draft_model=draft, verbose=False
+        )
+        self._eos = {self._llm.token_eos(), *tokenizer.eos_token_ids}
+
+    def generate(self, messages: list[dict[str, str]], decoding: Decoding) -> Output:
+        ids = self._tokenizer.encode_chat(messages)
+        if decoding.seed is not None:
+            self._llm.set_seed(decoding.seed)
+        new: list[int] = []
+        first_token_at = None
+        finish = "length"
+        started = time.perf_counter()
+        for token in self._llm.generate(
+            ids, temp=decoding.temperature, top_k=0, top_p=1.0, min_p=0.0, typical_p=1.0, repeat_penalty=1.0, reset=True
+        ):
+            if first_token_at is None:
+                first_token_at = time.perf_counter()
+            if token in self._eos:
+                finish = "eos"
+                break
+            new.append(int(token))
+            if len(new) >= decoding.max_new_tokens:
+                break
+        wall = time.perf_counter() - started
+        ttft = None if first_token_at is None else first_token_at - started
+        return Output(new, self._tokenizer.decode(new), finish, wall, len(ids), time_to_first_token_seconds=ttft)
+
+
+def llama_cpp_peers(tokenizer: Tokenizer) -> tuple[list[LlamaCppSystem], str | None]:
+    """The llama.cpp peers on the default GGUF, or none and the reason."""
+    try:
+        import llama_cpp  # noqa: F401
+    except ImportError:
+        return [], MISSING
+    gguf = default_gguf()
+    return [
+        LlamaCppSystem("llama-cpp", gguf, tokenizer, prompt_lookup=False),
+        LlamaCppSystem("llama-cpp-prompt-lookup", gguf, tokenizer, prompt_lookup=True),
+    ], None

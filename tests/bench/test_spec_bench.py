@@ -1,0 +1,42 @@
+"""`specdec bench` end to end on two prompts with tiny budgets: it runs on this checkout, with its
+peers, and writes the table, the JSON and the plots (kept from rotting; no timing is checked)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench import spec_bench
+
+
+@pytest.mark.slow
+def test_quick_bench_writes_table_json_and_plots(tmp_path: Path) -> None:
+    code = spec_bench.main([
+        "--quick", "--per-category", "1", "--max-new-tokens", "6", "--categories", "qa,math_reasoning",
+        "--configs", "baseline,copy-k4,ngram-k4-t8", "--out", str(tmp_path),
+    ])
+    assert code == 0
+    (md,) = tmp_path.glob("spec_bench-*.md")
+    (js,) = tmp_path.glob("spec_bench-*.json")
+    payload = json.loads(js.read_text())
+    pngs = sorted(p.name for p in tmp_path.glob("*.png"))
+    assert pngs == sorted(payload["run"]["plots"]) and any("speedup" in p for p in pngs)
+    drafted = any(s["acceptance_by_position"] for s in payload["summary"] if s["row"] == "overall")
+    assert any("acceptance" in p for p in pngs) == drafted
+    systems = payload["run"]["systems"]
+    assert systems[:3] == ["baseline", "copy-k4", "ngram-k4-t8"]
+    assert {"hf-generate", "hf-prompt-lookup"} <= set(systems)
+    records = payload["records"]
+    assert len(records) == 2 * len(systems) and all(r["error"] is None for r in records)
+    assert all(0 < r["new_tokens"] <= 6 for r in records)
+    # Greedy: speculation is exact, and every system is compared with transformers' own output.
+    speculative = [r for r in records if r["system"] in ("copy-k4", "ngram-k4-t8")]
+    assert not any(r["differs_from_baseline"] for r in speculative)
+    assert all(r["differs_from_transformers"] is not None for r in records)
+    assert all(r["time_to_first_token_seconds"] for r in records)
+    overall = {s["system"]: s for s in payload["summary"] if s["row"] == "overall"}
+    assert overall["copy-k4"]["verification_rate"] <= 1.0
+    text = md.read_text()
+    assert "time to first token" in text and "hf-prompt-lookup" in text and all(p in text for p in pngs)
