@@ -107,7 +107,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands.add_parser("bench-lossy", help="exact vs. lossy acceptance rules on ../shared/bench (flags: specdec bench-lossy --help)",
                         add_help=False)
 
+    commands.add_parser("draft", help="offline drafter models: specdec draft build {quantized,small} (needs torch; --help)",
+                        add_help=False)
+
     args, rest = parser.parse_known_args(argv)
+    if args.command == "draft":
+        if not rest or rest[0] != "build":
+            parser.error("usage: specdec draft build {quantized,small} [--out DIR] [--force] (specdec draft build --help)")
+        from drafter_build.build import main as build_main  # torch + transformers: only here
+
+        return build_main(rest[1:])
     if args.command == "serve":
         if args.kind == "verifier":
             from verifier_svc.server import main as serve_main
