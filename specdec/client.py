@@ -41,6 +41,7 @@ class GenerationStats:
     overlap_hits: int = 0
     overlap_misses: int = 0
     hidden_draft_seconds: float = 0.0
+    q_bytes: int = 0  # serialized draft distributions sent to the verifier
 
     @property
     def tokens_per_second(self) -> float:

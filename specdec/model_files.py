@@ -61,10 +61,11 @@ def prepared_dir(gguf: Path, kind: str) -> Path:
 def drafter_dir(source: str, kind: str) -> Path:
     """Where `specdec draft build KIND` puts the ONNX drafter of a target model source (and where
     the drafter service looks by default): keyed like prepared_dir for a GGUF file, by the
-    folder's name and a hash of its config.json for a model folder."""
+    folder's name and a hash of its config.json (tokenizer.json if none) for a folder."""
     path = source_path(source)
-    if is_model_folder(path):
-        key = f"{path.name}-{hashlib.sha256((path / 'config.json').read_bytes()).hexdigest()[:12]}"
+    if path.is_dir():
+        marker = path / "config.json" if is_model_folder(path) else path / "tokenizer.json"
+        key = f"{path.name}-{hashlib.sha256(marker.read_bytes()).hexdigest()[:12]}"
     else:
         key = _gguf_key(path)
     return cache_root() / "drafters" / key / kind
