@@ -37,7 +37,6 @@ def build(kind: str, source: str = "default", out: Path | None = None, force: bo
     unless it exists (or `force`). int8 defaults to True for quantized, False for small."""
     import torch
 
-    from drafter_build import onnx_export
     from specdec.tokenizer import Tokenizer
     from verifier_svc.model_loader import load_model, model_dir
 
@@ -61,50 +60,66 @@ def build(kind: str, source: str = "default", out: Path | None = None, force: bo
             model_folder = build_small_model(target_dir, work / "small-torch", seed=seed)
         torch.manual_seed(seed)
         model = load_model(model_folder, "cpu", torch.float32)
-        float_path = onnx_export.export(model, work / "float")
-        check_ids = [t % model.config.vocab_size for t in _CHECK_IDS]
-        diff = onnx_export.max_abs_logit_diff(model, float_path, check_ids, _CHECK_SPLIT)
-        log.info("float32 export: largest logit difference from torch %.2e", diff)
-        if quantize:
-            onnx_export.quantize_int8(float_path, work / onnx_export.MODEL_FILE)
-        else:
-            for item in (work / "float").iterdir():
-                shutil.move(str(item), work / item.name)
-        shutil.rmtree(work / "float", ignore_errors=True)
+        target = {
+            "source": source,
+            "model_dir": str(target_dir),
+            "tokenizer_fingerprint": tokenizer.fingerprint,
+            "vocab_size": model.config.vocab_size,
+            "eos_token_ids": tokenizer.eos_token_ids,
+        }
+        write_drafter(model, work, kind=kind, quantize=quantize, target=target, seed=seed, started=started)
         if kind == "small":  # keep the torch weights: the benchmark and the tests reload them
             shutil.move(str(model_folder), work / "torch")
-        import onnxruntime
-        import transformers
-
-        onnx_export.write_manifest(work, {
-            "kind": kind,
-            "target": {
-                "source": source,
-                "model_dir": str(target_dir),
-                "tokenizer_fingerprint": tokenizer.fingerprint,
-                "vocab_size": model.config.vocab_size,
-                "eos_token_ids": tokenizer.eos_token_ids,
-            },
-            "model": onnx_export.model_shape(model),
-            "created_with": {
-                "torch": torch.__version__,
-                "transformers": transformers.__version__,
-                "onnxruntime": onnxruntime.__version__,
-                "opset": onnx_export.OPSET,
-                "quantization": "int8 dynamic, per-channel, MatMul weights" if quantize else "none (float32)",
-                "seed": seed,
-            },
-            "float32_max_abs_logit_diff": diff,
-            "build_seconds": round(time.perf_counter() - started, 1),
-        })
         if force and out.exists():
             shutil.rmtree(out)
         work.chmod(0o755)  # mkdtemp's 0700 would hide the build from a drafter running as another user
-        work.rename(out)
+        try:
+            work.rename(out)
+        except OSError:  # another process finished the same build first: keep its copy
+            if not (out / "manifest.json").is_file():
+                raise
     finally:
         shutil.rmtree(work, ignore_errors=True)
     log.info("%s drafter built in %.0f s: %s", kind, time.perf_counter() - started, out)
     return out
+
+
+def write_drafter(model, work: Path, *, kind: str, quantize: bool, target: dict, seed: int, started: float | None = None) -> Path:  # type: ignore[no-untyped-def]
+    """Export `model` (a LlamaForCausalLM) into work/model.onnx (int8 if `quantize`) with its
+    manifest.json; `target` describes the target it drafts for. Returns `work`."""
+    import onnxruntime
+    import torch
+    import transformers
+
+    from drafter_build import onnx_export
+
+    started = time.perf_counter() if started is None else started
+    float_path = onnx_export.export(model, work / "float")
+    check_ids = [t % model.config.vocab_size for t in _CHECK_IDS]
+    diff = onnx_export.max_abs_logit_diff(model, float_path, check_ids, _CHECK_SPLIT)
+    log.info("float32 export: largest logit difference from torch %.2e", diff)
+    if quantize:
+        onnx_export.quantize_int8(float_path, work / onnx_export.MODEL_FILE)
+    else:
+        for item in (work / "float").iterdir():
+            shutil.move(str(item), work / item.name)
+    shutil.rmtree(work / "float", ignore_errors=True)
+    onnx_export.write_manifest(work, {
+        "kind": kind,
+        "target": target,
+        "model": onnx_export.model_shape(model),
+        "created_with": {
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "onnxruntime": onnxruntime.__version__,
+            "opset": onnx_export.OPSET,
+            "quantization": "int8 dynamic, per-channel, MatMul weights" if quantize else "none (float32)",
+            "seed": seed,
+        },
+        "float32_max_abs_logit_diff": diff,
+        "build_seconds": round(time.perf_counter() - started, 1),
+    })
+    return work
 
 
 def main(argv: Sequence[str]) -> int:
