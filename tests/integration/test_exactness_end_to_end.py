@@ -62,7 +62,10 @@ def chi_square_p_value(counts: Counter, probs: np.ndarray, n: int) -> float:
     return float(scipy_stats.chisquare(obs, exp).pvalue)
 
 
-async def first_tokens(address: str, prompt_ids: list[int], max_tree_nodes: int) -> tuple[Counter, int]:
+async def first_tokens(
+    address: str, prompt_ids: list[int], max_tree_nodes: int,
+    drafter: str = "copy", temperature: float = TEMPERATURE, top_k: int = TOP_K,
+) -> tuple[Counter, int]:
     """First-token counts over SAMPLES seeds, and how often the first round accepted a draft.
 
     Each request reads only the first streamed chunk (the first round: an accepted draft and the
@@ -75,8 +78,8 @@ async def first_tokens(address: str, prompt_ids: list[int], max_tree_nodes: int)
             nonlocal accepted
             for seed in seeds:
                 stream = client.stream(
-                    token_ids=prompt_ids, max_new_tokens=2, temperature=TEMPERATURE, top_k=TOP_K,
-                    seed=seed, drafter="copy", num_draft_tokens=1, max_tree_nodes=max_tree_nodes,
+                    token_ids=prompt_ids, max_new_tokens=2, temperature=temperature, top_k=top_k,
+                    seed=seed, drafter=drafter, num_draft_tokens=1, max_tree_nodes=max_tree_nodes,
                     draft_policy="fixed",  # every first round drafts: an adaptive policy might not
                 )
                 first_round = await anext(stream)
@@ -108,3 +111,40 @@ def test_first_token_follows_the_target_distribution(cluster, reference_model, t
     always_accept[draft] = 1.0 / width
     for wrong in (target_distribution(logits, 1.0, TOP_K), target_distribution(logits, TEMPERATURE, 0), always_accept):
         assert chi_square_p_value(counts, wrong, SAMPLES) < ALPHA
+
+
+# The ONNX drafter (int8 copy of the target) samples its drafts from a real q and sends it: the
+# first token must still follow p exactly, with a truncated q (temperature 0.8, top-k 50; a tree
+# of two siblings drawn i.i.d. from q) and an untruncated one (temperature 1; q tail-cut, a chain).
+ONNX_PROMPT = "Once upon a time, in a small village, there lived a"
+ONNX_CASES = {
+    # name: (temperature, top_k, max_tree_nodes)
+    "t0.8-k50-tree": (0.8, 50, 2),
+    "t1-chain": (1.0, 0, 1),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", list(ONNX_CASES))
+def test_first_token_follows_the_target_distribution_with_the_onnx_drafter(  # type: ignore[no-untyped-def]
+    onnx_quantized_dir, cluster, reference_model, tokenizer, case: str
+) -> None:
+    temperature, top_k, max_tree_nodes = ONNX_CASES[case]
+    prompt_ids = tokenizer.encode(ONNX_PROMPT)
+    with torch.inference_mode():
+        logits = reference_model(torch.tensor([prompt_ids])).logits[0, -1]
+    p = target_distribution(logits, temperature, top_k)
+
+    counts, accepted = asyncio.run(
+        first_tokens(cluster.address, prompt_ids, max_tree_nodes, "onnx-quantized", temperature, top_k)
+    )
+    assert sum(counts.values()) == SAMPLES
+    print(f"{case}: first draft accepted on {accepted} of {SAMPLES} seeds; {len(counts)} distinct first tokens")
+    assert 0.3 * SAMPLES < accepted < SAMPLES - 20  # accepted and recovered paths both ran
+
+    assert chi_square_p_value(counts, p, SAMPLES) > ALPHA, counts.most_common(10)
+    # Power: a temperature or a truncation the request did not ask for is rejected.
+    wrong = [target_distribution(logits, 0.8 if temperature == 1.0 else 1.0, top_k)]
+    wrong.append(target_distribution(logits, temperature, 0 if top_k else 20))
+    for r in wrong:
+        assert chi_square_p_value(counts, r, SAMPLES) < ALPHA
