@@ -107,6 +107,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands.add_parser("bench-lossy", help="exact vs. lossy acceptance rules on ../shared/bench (flags: specdec bench-lossy --help)",
                         add_help=False)
 
+    commands.add_parser("bench-drafter", help="c and alpha of the ONNX drafters against the target (flags: specdec bench-drafter --help)",
+                        add_help=False)
     commands.add_parser("draft", help="offline drafter models: specdec draft build {quantized,small} (needs torch; --help)",
                         add_help=False)
 
@@ -128,6 +130,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from bench.spec_bench import main as bench_main
 
         return bench_main(rest)
+    if args.command == "bench-drafter":
+        from bench.drafter_quality import main as drafter_bench_main
+
+        return drafter_bench_main(rest)
     if args.command == "bench-lossy":
         from bench.lossy_bench import main as lossy_bench_main
 
