@@ -75,3 +75,26 @@ def test_manifest_describes_the_model_and_the_build(exported) -> None:  # type: 
     assert manifest["kind"] == "small" and manifest["target"]["tokenizer_fingerprint"] == "tiny-test-tokenizer"
     assert manifest["created_with"]["quantization"] == "none (float32)"
     assert manifest["float32_max_abs_logit_diff"] < 1e-4
+
+
+def test_int8_model_gives_each_token_the_same_logits_however_the_calls_are_split(tmp_path: Path) -> None:
+    """Activations are quantized per row: a prompt run in one call and token by token agree, so a
+    cache rolled back and extended matches a fresh run (per-tensor dynamic scales broke this)."""
+    _, quantized = tiny_drafter_folder(tmp_path / "int8", quantize=True)
+    session = ort.InferenceSession(str(quantized / "model.onnx"), providers=["CPUExecutionProvider"])
+    inputs, _ = io_names(3)
+    kv = [np.zeros((1, 2, 0, 16), np.float32)] * 6
+    whole, *_ = session.run(None, {
+        "input_ids": np.array([TOKENS]), "position_ids": np.arange(40)[None], "attention_bias": causal_bias(0, 40).numpy(),
+        "logits_index": np.arange(40), **dict(zip(inputs[4:], kv)),
+    })
+    rows = []
+    for i, token in enumerate(TOKENS):
+        logits, *kv = session.run(None, {
+            "input_ids": np.array([[token]]), "position_ids": np.array([[i]]), "attention_bias": causal_bias(i, 1).numpy(),
+            "logits_index": np.array([0]), **dict(zip(inputs[4:], kv)),
+        })
+        rows.append(logits[0, 0])
+    diff = float(np.abs(whole[0] - np.stack(rows)).max())
+    print(f"int8, one call vs token by token: largest |logit difference| {diff:.2e}")
+    assert diff < 1e-3
