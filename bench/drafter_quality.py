@@ -30,7 +30,7 @@ import numpy as np
 
 from bench.machine import describe
 from bench.prompts import QUESTIONS_FILE, TASKS, bench_dir, load_questions, select
-from drafter_svc.draft_sampling import draft_distribution
+from drafter_svc.draft_sampling import TAIL_MASS, draft_distribution
 from drafter_svc.drafter import MODEL_DRAFTERS
 from drafter_svc.onnx_drafter import DraftModel, causal_bias
 from specdec.model_files import drafter_dir, tokenizer_dir
@@ -39,6 +39,8 @@ from specdec.tokenizer import Tokenizer
 from specdec.v1 import common_pb2
 
 TEMPERATURES = (0.0, 1.0)
+# The tail cut's trade at temperature 1: q loses at most the cut mass of alpha, and sheds bytes.
+TAIL_MASSES = (1e-4, 1e-3, 1e-2)
 
 
 def predicted_speedup(alpha: float, c: float, g: int) -> float:
@@ -48,13 +50,13 @@ def predicted_speedup(alpha: float, c: float, g: int) -> float:
     return (1 - alpha ** (g + 1)) / ((1 - alpha) * (g * c + 1))
 
 
-def alpha_at(p_logits: np.ndarray, q_logits: np.ndarray, params: SamplingParams) -> tuple[float, float]:
+def alpha_at(p_logits: np.ndarray, q_logits: np.ndarray, params: SamplingParams, tail_mass: float = TAIL_MASS) -> tuple[float, float]:
     """(sum_x min(p, q), bytes of the q sent) at one position; p_logits, q_logits [vocab]."""
     import torch
 
     from verifier_svc.sampling import standardize
 
-    q = draft_distribution(q_logits, params)
+    q = draft_distribution(q_logits, params, tail_mass)
     size = common_pb2.SparseDistribution(token_ids=q.token_ids.tolist(), probs=q.probs.tolist()).ByteSize()
     if params.greedy:
         return float(int(np.argmax(p_logits)) == int(q.token_ids[0])), size
@@ -105,6 +107,12 @@ def measure(
                     a, size = alpha_at(p_logits[row], q_logits[row], params)
                     cells["alpha"].append(a)
                     cells["q_bytes"].append(size)
+                    if temperature == 1.0:
+                        for tail in TAIL_MASSES:
+                            cut = results[kind].setdefault(f"tail {tail:g}", {"alpha": [], "q_bytes": []})
+                            a, size = alpha_at(p_logits[row], q_logits[row], params, tail)
+                            cut["alpha"].append(a)
+                            cut["q_bytes"].append(size)
         print(f"[{n + 1}/{len(prompts)}] {prompt.row} q{prompt.question_id}", file=sys.stderr, flush=True)
     target_step = statistics.median(target_steps)
     return {
@@ -137,6 +145,12 @@ def markdown(report: dict[str, object], rows: Sequence[str], temperatures: Seque
                 alpha = float(np.mean(alphas))
                 cells.append(f"{alpha:.3f} | {np.mean(sizes):.0f} | {predicted_speedup(alpha, d['c'], g):.2f}x")
             lines.append(f"| onnx-{kind} | {d['c']:.2f} | {row} | " + " | ".join(cells) + " |")
+    lines += ["", f"Tail cut of q at temperature 1 (default {TAIL_MASS:g}), all rows:", "",
+              "| drafter | tail mass | alpha | q bytes per drafted token |", "|---|---|---|---|"]
+    for kind, d in report["drafters"].items():  # type: ignore[union-attr]
+        for tail in TAIL_MASSES:
+            cell = d["cells"][f"tail {tail:g}"]
+            lines.append(f"| onnx-{kind} | {tail:g} | {cell['alpha']:.4f} | {cell['q_bytes']:.0f} |")
     return "\n".join(lines)
 
 

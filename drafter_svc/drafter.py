@@ -132,11 +132,13 @@ DRAFTER_NAMES: tuple[str, ...] = ("copy", "ngram", *MODEL_DRAFTERS)
 class DrafterModels:
     """Where a process finds its model drafters: build kind -> folder (a kind left out: the
     `specdec draft build` cache folder of the default target), the tokenizer fingerprint they
-    must have been built for (empty: unchecked), and onnxruntime's threads (0: its default)."""
+    must have been built for (empty: unchecked), onnxruntime's threads (0: its default), and
+    the tail mass cut from q when nothing truncates it (draft_sampling.TAIL_MASS if None)."""
 
     folders: dict[str, Path] = field(default_factory=dict)
     tokenizer_fingerprint: str = ""
     threads: int = 0
+    tail_mass: float | None = None
 
 
 def make_drafter(
@@ -189,7 +191,9 @@ def _make_model_drafter(name: str, sampling: SamplingParams, seed: int | None, s
             "speculation.drafter", f"{name}'s model in {folder} was built for another tokenizer ({built_for[:12]}...)"
         )
     rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(_MODEL_DRAFTER_STREAM, stream)))
-    return OnnxDrafter(model, sampling, rng)
+    if models.tail_mass is None:
+        return OnnxDrafter(model, sampling, rng)
+    return OnnxDrafter(model, sampling, rng, models.tail_mass)
 
 
 class AppendOnlyCursor:

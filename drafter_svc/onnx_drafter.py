@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from drafter_svc.draft_sampling import SparseQ, draft_distribution, point_mass, top_tokens
+from drafter_svc.draft_sampling import TAIL_MASS, SparseQ, draft_distribution, point_mass, top_tokens
 from drafter_svc.drafter import ROOT, Draft, Feedback
 from specdec.sampling_params import SamplingParams
 
@@ -109,12 +109,16 @@ def causal_bias(past: int, n: int) -> np.ndarray:
 
 
 class OnnxDrafter:
-    """One session's drafter over a shared DraftModel; samples with `sampling` from `rng`."""
+    """One session's drafter over a shared DraftModel; samples with `sampling` from `rng`, q cut
+    at `tail_mass` (draft_sampling.draft_distribution)."""
 
-    def __init__(self, model: DraftModel, sampling: SamplingParams, rng: np.random.Generator) -> None:
+    def __init__(self, model: DraftModel, sampling: SamplingParams, rng: np.random.Generator, tail_mass: float = TAIL_MASS) -> None:
+        if not 0.0 <= tail_mass < 1.0:
+            raise ValueError(f"tail_mass must be in [0, 1), got {tail_mass}")
         self.model = model
         self.sampling = sampling
         self.rng = rng
+        self.tail_mass = tail_mass
         self._tokens: list[int] = []  # the tokens whose keys and values are in the cache, in order
         self._cache = model.empty_cache()
         self.model_calls = 0
@@ -145,7 +149,7 @@ class OnnxDrafter:
         chain_q: list[SparseQ] = []
         level_logits: list[np.ndarray] = []
         for d in range(depth):
-            q = draft_distribution(logits, self.sampling)
+            q = draft_distribution(logits, self.sampling, self.tail_mass)
             chain.append(q.sample(self.rng))
             chain_q.append(q)
             level_logits.append(logits)

@@ -56,7 +56,10 @@ async def run(config: DrafterSettings) -> None:
         },
         tokenizer.fingerprint,
         config.onnx_threads,
+        config.onnx_tail_mass,
     )
+    if not 0.0 <= config.onnx_tail_mass < 1.0:
+        raise SystemExit(f"--onnx-tail-mass: must be in [0, 1), got {config.onnx_tail_mass}")
     servicer = DrafterServicer(pool, defaults, metrics, PolicyState(config.stop_threshold, config.load_weight), models)
 
     def add_services(server) -> list[str]:  # type: ignore[no-untyped-def]

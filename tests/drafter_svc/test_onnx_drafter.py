@@ -140,6 +140,20 @@ def test_seeded_streams_are_reproducible_and_distinct(tiny) -> None:  # type: ig
     assert tokens(1, 0) != tokens(1, 1) and tokens(1, 0) != tokens(2, 0)
 
 
+def test_a_larger_tail_mass_sends_fewer_tokens_and_samples_only_from_them(tiny) -> None:  # type: ignore[no-untyped-def]
+    model, folder = tiny
+    with torch.no_grad():
+        p = torch.softmax(model(torch.tensor([CONTEXT])).logits[0, -1].double(), -1).numpy()
+    sizes = {}
+    for tail in (1e-4, 0.2):
+        made = make_drafter("onnx-small", SamplingParams(1.0), 0, 0, DrafterModels({"small": folder}, FINGERPRINT, tail_mass=tail))
+        draft = made.propose(CONTEXT, 1, 200)
+        ids = draft.q_token_ids[0]
+        assert set(draft.token_ids) <= set(ids) and p[ids].sum() >= 1 - tail - 1e-9
+        sizes[tail] = len(ids)
+    assert sizes[0.2] < sizes[1e-4]
+
+
 def test_missing_or_foreign_model_is_a_failed_precondition(tiny, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     _, folder = tiny
     with pytest.raises(FailedPrecondition, match="specdec draft build small"):
