@@ -3,7 +3,8 @@ a draft-length policy and overlap on or off.
 
 A configuration is named `baseline` (k = 0: no speculation, one target pass per token through
 the same two services), `DRAFTER-kN` for chains of N drafts, e.g. `copy-k8`, or `DRAFTER-kN-tM`
-for token trees of depth N with M nodes, e.g. `copy-k4-t12`; these draft a fixed length. A
+for token trees of depth N with M nodes, e.g. `copy-k4-t12`; these draft a fixed length. The
+ONNX model drafters go by their names too: `onnx-quantized-k4`, `onnx-small-k4-t8`. A
 policy suffix makes N the longest draft a policy may choose (`copy-k8-auto`, `copy-k8-leviathan`,
 `copy-k8-specdec++`, `copy-k8-copy-confidence`, `copy-k8-fixed`), and `-overlap` turns on
 overlapped drafting (`copy-k8-auto-overlap`). Every system is timed the same way: wall-clock
@@ -25,7 +26,7 @@ BASELINE = "baseline"
 TRANSFORMERS_REFERENCE = "hf-generate"  # transformers' plain generate(): greedy outputs are compared with it
 DEFAULT_CONFIGS: tuple[str, ...] = (BASELINE, "copy-k4", "copy-k8", "ngram-k4")
 _CONFIG_NAME = re.compile(
-    r"(?P<drafter>[a-z_]+)-k(?P<k>\d+)(-t(?P<nodes>\d+))?"
+    r"(?P<drafter>[a-z_]+(?:-[a-z_]+)*)-k(?P<k>\d+)(-t(?P<nodes>\d+))?"
     rf"(-(?P<policy>{'|'.join(re.escape(p) for p in POLICY_NAMES)}))?(?P<overlap>-overlap)?"
 )
 

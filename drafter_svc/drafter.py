@@ -12,7 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
+
+from specdec.sampling_params import SamplingParams
 
 
 ROOT = -1  # the parent index of a node that follows the context's last token
@@ -120,11 +123,38 @@ class Drafter(Protocol):
         ...
 
 
-DRAFTER_NAMES: tuple[str, ...] = ("copy", "ngram")
+# Model drafters (onnx_drafter.py) by name -> the `specdec draft build` kind they run.
+MODEL_DRAFTERS: dict[str, str] = {"onnx-quantized": "quantized", "onnx-small": "small"}
+DRAFTER_NAMES: tuple[str, ...] = ("copy", "ngram", *MODEL_DRAFTERS)
 
 
-def make_drafter(name: str) -> Drafter:
-    """A fresh drafter for one session, by its name in DRAFTER_NAMES; ValueError for any other."""
+@dataclass(frozen=True)
+class DrafterModels:
+    """Where a process finds its model drafters: build kind -> folder (a kind left out: the
+    `specdec draft build` cache folder of the default target), the tokenizer fingerprint they
+    must have been built for (empty: unchecked), onnxruntime's threads (0: its default), and
+    the tail mass cut from q when nothing truncates it (draft_sampling.TAIL_MASS if None)."""
+
+    folders: dict[str, Path] = field(default_factory=dict)
+    tokenizer_fingerprint: str = ""
+    threads: int = 0
+    tail_mass: float | None = None
+
+
+def make_drafter(
+    name: str,
+    sampling: SamplingParams | None = None,
+    seed: int | None = None,
+    stream: int = 0,
+    models: DrafterModels | None = None,
+) -> Drafter:
+    """A fresh drafter for one session, by its name in DRAFTER_NAMES; ValueError for any other.
+
+    Model drafters sample with the request's `sampling` (default: temperature 1) from a numpy
+    generator seeded by (seed, stream): each drafter of a session (the main one, the overlap
+    prefetcher's) draws from its own stream, independent of the verifier's torch generator.
+    seed None: fresh entropy. FailedPrecondition when the model folder is missing or was built
+    for another tokenizer."""
     # Imported here: the drafters import Draft from this module.
     from drafter_svc.copy_drafter import CopyDrafter
     from drafter_svc.ngram_drafter import NgramDrafter
@@ -133,7 +163,37 @@ def make_drafter(name: str) -> Drafter:
         return CopyDrafter()
     if name == "ngram":
         return NgramDrafter()
+    if name in MODEL_DRAFTERS:
+        return _make_model_drafter(name, sampling or SamplingParams(), seed, stream, models or DrafterModels())
     raise ValueError(f"unknown drafter {name!r}; expected one of {', '.join(DRAFTER_NAMES)}")
+
+
+_MODEL_DRAFTER_STREAM = 0x0D5A  # keeps drafter seeds apart from any other use of the request seed
+
+
+def _make_model_drafter(name: str, sampling: SamplingParams, seed: int | None, stream: int, models: DrafterModels) -> Drafter:
+    import numpy as np
+
+    from drafter_svc.onnx_drafter import OnnxDrafter, load_draft_model
+    from specdec.errors import FailedPrecondition
+    from specdec.model_files import drafter_dir
+
+    kind = MODEL_DRAFTERS[name]
+    folder = models.folders.get(kind) or drafter_dir("default", kind)
+    if not (folder / "manifest.json").is_file():
+        raise FailedPrecondition(
+            "speculation.drafter", f"{name} has no model in {folder}: build it with `specdec draft build {kind}`"
+        )
+    model = load_draft_model(folder, models.threads)
+    built_for = model.manifest.tokenizer_fingerprint
+    if models.tokenizer_fingerprint and built_for != models.tokenizer_fingerprint:
+        raise FailedPrecondition(
+            "speculation.drafter", f"{name}'s model in {folder} was built for another tokenizer ({built_for[:12]}...)"
+        )
+    rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(_MODEL_DRAFTER_STREAM, stream)))
+    if models.tail_mass is None:
+        return OnnxDrafter(model, sampling, rng)
+    return OnnxDrafter(model, sampling, rng, models.tail_mass)
 
 
 class AppendOnlyCursor:

@@ -19,7 +19,7 @@ import grpc
 from drafter_svc.detokenizer import IncrementalDetokenizer
 from drafter_svc.draft_policy import PolicyState, SessionPolicy
 from drafter_svc.draft_tree import cut, primary_path
-from drafter_svc.drafter import ROOT, Draft, Feedback, make_drafter
+from drafter_svc.drafter import ROOT, Draft, DrafterModels, Feedback, make_drafter
 from drafter_svc.overlap import Prefetcher
 from drafter_svc.protocol import GenerationRequest, open_message, round_message
 from drafter_svc.stop_strings import StopStringMatcher
@@ -50,6 +50,7 @@ class Stats:
     hidden_draft_seconds: float = 0.0
     drafted_by_position: list[int] = field(default_factory=list)
     accepted_by_position: list[int] = field(default_factory=list)
+    q_bytes: int = 0
     started: float = field(default_factory=time.perf_counter)
 
     def count_round(self, draft: Draft, accepted: int) -> None:
@@ -91,6 +92,7 @@ class Stats:
             hidden_draft_seconds=self.hidden_draft_seconds,
             drafted_by_position=self.drafted_by_position,
             accepted_by_position=self.accepted_by_position,
+            q_bytes=self.q_bytes,
         )
 
 
@@ -116,16 +118,18 @@ async def generate(
     tokenizer: Tokenizer,
     info: VerifierInfo,
     policies: PolicyState | None = None,
+    models: DrafterModels | None = None,
 ) -> AsyncIterator[drafter_pb2.GenerateResponse]:
     """Yield text deltas with their token ids; the last response has the finish reason and stats.
-    `policies` is the drafter process's learned policy state (a fresh one if None)."""
+    `policies` is the drafter process's learned policy state (a fresh one if None); `models`
+    where its model drafters are (default: the drafter build cache)."""
     stats = Stats(
         len(request.prompt_token_ids), request.drafter, request.num_draft_tokens, request.max_tree_nodes,
         str(request.acceptance), request.draft_policy, request.overlap,
     )
-    drafter = make_drafter(request.drafter)
+    drafter = make_drafter(request.drafter, request.sampling, request.seed, 0, models)
     policy = SessionPolicy(request.draft_policy, request.drafter, policies or PolicyState())
-    prefetcher = Prefetcher(make_drafter(request.drafter)) if request.overlap and request.num_draft_tokens > 0 else None
+    prefetcher = Prefetcher(make_drafter(request.drafter, request.sampling, request.seed, 1, models)) if request.overlap and request.num_draft_tokens > 0 else None
     ahead: Draft | None = None  # the pre-drafted round, when the last verdict matched its guess
     detokenizer = IncrementalDetokenizer(tokenizer.decode, request.prompt_token_ids)
     stopper = StopStringMatcher(request.stop)
@@ -147,7 +151,9 @@ async def generate(
             stats.draft_seconds += time.perf_counter() - started
 
             started = time.perf_counter()
-            await call.write(round_message(draft))
+            message = round_message(draft)
+            stats.q_bytes += sum(node.q.ByteSize() for node in message.round.nodes)
+            await call.write(message)
             next_budget = min(request.num_draft_tokens, room - len(primary_path(draft)) - 2)
             if prefetcher is not None:
                 # Runs while the verifier checks `draft`; the verdict waits in the stream meanwhile.

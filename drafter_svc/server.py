@@ -5,16 +5,18 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
+from pathlib import Path
 
 from drafter_svc.discovery import discovery_from_target
 from drafter_svc.draft_policy import POLICY_NAMES, PolicyState
+from drafter_svc.drafter import DrafterModels
 from drafter_svc.protocol import Defaults
 from drafter_svc.servicer import DrafterServicer
 from drafter_svc.settings import DrafterSettings
 from drafter_svc.verifier_pool import VerifierPool
 from specdec import grpc_server, settings, tls
 from specdec.metrics import DrafterMetrics, serve_metrics
-from specdec.model_files import tokenizer_dir
+from specdec.model_files import drafter_dir, tokenizer_dir
 from specdec.tokenizer import Tokenizer
 from specdec.v1 import drafter_pb2, drafter_pb2_grpc
 
@@ -47,7 +49,18 @@ async def run(config: DrafterSettings) -> None:
     metrics = DrafterMetrics()
     metrics.verifiers_ready.set_function(lambda: sum(m.ready for m in pool.members.values()))
     serve_metrics(metrics.registry, config.host, config.metrics_port)
-    servicer = DrafterServicer(pool, defaults, metrics, PolicyState(config.stop_threshold, config.load_weight))
+    models = DrafterModels(
+        {
+            kind: Path(folder) if folder else drafter_dir(config.model, kind)
+            for kind, folder in (("quantized", config.onnx_quantized_dir), ("small", config.onnx_small_dir))
+        },
+        tokenizer.fingerprint,
+        config.onnx_threads,
+        config.onnx_tail_mass,
+    )
+    if not 0.0 <= config.onnx_tail_mass < 1.0:
+        raise SystemExit(f"--onnx-tail-mass: must be in [0, 1), got {config.onnx_tail_mass}")
+    servicer = DrafterServicer(pool, defaults, metrics, PolicyState(config.stop_threshold, config.load_weight), models)
 
     def add_services(server) -> list[str]:  # type: ignore[no-untyped-def]
         drafter_pb2_grpc.add_DrafterServicer_to_server(servicer, server)

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 import grpc
 
 from drafter_svc.draft_policy import PolicyState
+from drafter_svc.drafter import DrafterModels
 from drafter_svc.generation import generate
 from drafter_svc.protocol import Defaults, VerifierLimits, request_from_proto
 from drafter_svc.verifier_pool import VerifierPool
@@ -22,12 +23,18 @@ log = logging.getLogger(__name__)
 
 class DrafterServicer(drafter_pb2_grpc.DrafterServicer):
     def __init__(
-        self, pool: VerifierPool, defaults: Defaults, metrics: DrafterMetrics | None = None, policies: PolicyState | None = None
+        self,
+        pool: VerifierPool,
+        defaults: Defaults,
+        metrics: DrafterMetrics | None = None,
+        policies: PolicyState | None = None,
+        models: DrafterModels | None = None,
     ) -> None:
         self.pool = pool
         self.defaults = defaults
         self.metrics = metrics or DrafterMetrics()
         self.policies = policies or PolicyState()  # learned across this process's sessions
+        self.models = models  # where the model drafters are
 
     async def Generate(
         self, request: drafter_pb2.GenerateRequest, context: grpc.aio.ServicerContext
@@ -51,7 +58,9 @@ class DrafterServicer(drafter_pb2_grpc.DrafterServicer):
             info = verifier.model_info
             limits = VerifierLimits(info.context_length, info.max_draft_tokens, info.max_draft_depth)
             generation = request_from_proto(request, self.pool.tokenizer, limits, self.defaults)
-            async for response in generate(generation, verifier.stub, self.pool.tokenizer, verifier.verifier_info, self.policies):
+            async for response in generate(
+                generation, verifier.stub, self.pool.tokenizer, verifier.verifier_info, self.policies, self.models
+            ):
                 self.metrics.observe(response)
                 yield response
         costs = self.policies.costs

@@ -23,6 +23,17 @@ class DrafterSettings:
     )
     model: str = field(default="default", metadata={"help": "tokenizer source: 'default', a .gguf file or a model folder"})
     drafter: str = field(default="copy", metadata={"help": "drafter used when a request names none"})
+    onnx_quantized_dir: str = field(
+        default="", metadata={"help": "model folder of the onnx-quantized drafter (empty: where `specdec draft build quantized` puts it for --model)"}
+    )
+    onnx_small_dir: str = field(
+        default="", metadata={"help": "model folder of the onnx-small drafter (empty: where `specdec draft build small` puts it for --model)"}
+    )
+    onnx_threads: int = field(default=0, metadata={"help": "onnxruntime threads of the model drafters (0: one per core)"})
+    onnx_tail_mass: float = field(
+        default=1e-4,
+        metadata={"help": "model drafters: mass of q's least likely tokens left unsent when nothing truncates q (fewer bytes, alpha lower by at most this)"},
+    )
     num_draft_tokens: int = field(default=8, metadata={"help": "draft length (tree depth) used when a request sets none"})
     # Trees of 2x the draft length gave the longest mean acceptance length per target pass in
     # three bench runs (bench/results/spec_bench-20261122-024820, -025633, -030646), at no

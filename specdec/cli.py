@@ -81,7 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     gen.add_argument("--top-p", type=float, default=1.0)
     gen.add_argument("--seed", type=int, default=None)
     gen.add_argument("--stop", action="append", default=[])
-    gen.add_argument("--drafter", default="", help="copy or ngram (default: the server's)")
+    gen.add_argument("--drafter", default="", help="copy, ngram, onnx-quantized or onnx-small (default: the server's)")
     gen.add_argument("--num-draft-tokens", type=int, default=None, help="draft length (tree depth); 0 disables speculation")
     gen.add_argument("--max-tree-nodes", type=int, default=None, help="tree nodes per round (= draft length: a chain)")
     gen.add_argument("--draft-policy", default="", help="auto, fixed, leviathan, specdec++ or copy-confidence (default: the server's)")
@@ -107,7 +107,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands.add_parser("bench-lossy", help="exact vs. lossy acceptance rules on ../shared/bench (flags: specdec bench-lossy --help)",
                         add_help=False)
 
+    commands.add_parser("bench-drafter", help="c and alpha of the ONNX drafters against the target (flags: specdec bench-drafter --help)",
+                        add_help=False)
+    commands.add_parser("draft", help="offline drafter models: specdec draft build {quantized,small} (needs torch; --help)",
+                        add_help=False)
+
     args, rest = parser.parse_known_args(argv)
+    if args.command == "draft":
+        if not rest or rest[0] != "build":
+            parser.error("usage: specdec draft build {quantized,small} [--out DIR] [--force] (specdec draft build --help)")
+        from drafter_build.build import main as build_main  # torch + transformers: only here
+
+        return build_main(rest[1:])
     if args.command == "serve":
         if args.kind == "verifier":
             from verifier_svc.server import main as serve_main
@@ -119,6 +130,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from bench.spec_bench import main as bench_main
 
         return bench_main(rest)
+    if args.command == "bench-drafter":
+        from bench.drafter_quality import main as drafter_bench_main
+
+        return drafter_bench_main(rest)
     if args.command == "bench-lossy":
         from bench.lossy_bench import main as lossy_bench_main
 

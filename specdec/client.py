@@ -43,6 +43,7 @@ class GenerationStats:
     hidden_draft_seconds: float = 0.0
     drafted_by_position: tuple[int, ...] = ()  # per draft depth: rounds whose draft reached it
     accepted_by_position: tuple[int, ...] = ()  # per draft depth: rounds whose accepted path reached it
+    q_bytes: int = 0  # serialized draft distributions sent to the verifier
 
     @property
     def tokens_per_second(self) -> float:

@@ -46,11 +46,29 @@ def is_model_folder(path: Path) -> bool:
     return path.is_dir() and (path / "config.json").is_file()
 
 
-def prepared_dir(gguf: Path, kind: str) -> Path:
-    """Cache folder for a GGUF file: keyed by its name, size and a hash of its first MiB."""
+def _gguf_key(gguf: Path) -> str:
+    """A GGUF file's cache key: its name, size and a hash of its first MiB."""
     with gguf.open("rb") as f:
         head = hashlib.sha256(f.read(1 << 20)).hexdigest()[:12]
-    return cache_root() / "models" / f"{gguf.stem}-{gguf.stat().st_size}-{head}" / kind
+    return f"{gguf.stem}-{gguf.stat().st_size}-{head}"
+
+
+def prepared_dir(gguf: Path, kind: str) -> Path:
+    """Cache folder for a GGUF file: keyed by its name, size and a hash of its first MiB."""
+    return cache_root() / "models" / _gguf_key(gguf) / kind
+
+
+def drafter_dir(source: str, kind: str) -> Path:
+    """Where `specdec draft build KIND` puts the ONNX drafter of a target model source (and where
+    the drafter service looks by default): keyed like prepared_dir for a GGUF file, by the
+    folder's name and a hash of its config.json (tokenizer.json if none) for a folder."""
+    path = source_path(source)
+    if path.is_dir():
+        marker = path / "config.json" if is_model_folder(path) else path / "tokenizer.json"
+        key = f"{path.name}-{hashlib.sha256(marker.read_bytes()).hexdigest()[:12]}"
+    else:
+        key = _gguf_key(path)
+    return cache_root() / "drafters" / key / kind
 
 
 def build_once(target: Path, build: Callable[[Path], None]) -> Path:

@@ -43,3 +43,17 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         drafter_args=["--max-new-tokens-cap", "512"],
     ) as c:
         yield c
+
+
+@pytest.fixture(scope="session")
+def onnx_quantized_dir() -> Path:
+    """The real `quantized` ONNX drafter (`specdec draft build quantized`), built once into the
+    drafter cache (like the model cache: CI pays it once); the drafter services find it there."""
+    import time
+
+    from drafter_build.build import build
+
+    started = time.perf_counter()
+    folder = build("quantized")
+    print(f"\nquantized drafter ready in {time.perf_counter() - started:.1f} s: {folder}")
+    return folder

@@ -25,6 +25,7 @@ def test_drafter_imports_without_torch_or_transformers(tokenizer) -> None:  # ty
 
         sys.meta_path.insert(0, Block())
         import drafter_svc.server, drafter_svc.k8s_discovery, drafter_svc.verifier_pool, specdec.cli, specdec.client
+        import drafter_svc.onnx_drafter, drafter_svc.draft_sampling, onnxruntime  # the model drafters
         drafter_svc.k8s_discovery.KubernetesDiscovery("ns", "svc")  # the kubernetes client is importable
         from specdec.model_files import tokenizer_dir
         from specdec.tokenizer import Tokenizer

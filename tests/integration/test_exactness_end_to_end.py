@@ -14,6 +14,10 @@ The bound: Pearson's chi-square goodness-of-fit statistic over the tokens with e
 fails when its p-value is below ALPHA = 1e-4. Seeds are fixed, so the outcome is deterministic.
 Power: the same counts must REJECT plausible bugs (temperature ignored, top-k ignored, drafts
 always accepted), which shows 2,000 samples are enough to see a wrong distribution.
+
+Two more cases run the ONNX drafter (the int8 copy of the target), whose drafts are sampled from a
+real q that it sends: at temperature 0.8/top-k 50 as a tree of two siblings drawn i.i.d. from q,
+and at temperature 1 without truncation (q tail-cut) as a chain; 1,000 seeds each.
 """
 
 from __future__ import annotations
@@ -62,21 +66,24 @@ def chi_square_p_value(counts: Counter, probs: np.ndarray, n: int) -> float:
     return float(scipy_stats.chisquare(obs, exp).pvalue)
 
 
-async def first_tokens(address: str, prompt_ids: list[int], max_tree_nodes: int) -> tuple[Counter, int]:
+async def first_tokens(
+    address: str, prompt_ids: list[int], max_tree_nodes: int,
+    drafter: str = "copy", temperature: float = TEMPERATURE, top_k: int = TOP_K, samples: int = SAMPLES,
+) -> tuple[Counter, int]:
     """First-token counts over SAMPLES seeds, and how often the first round accepted a draft.
 
     Each request reads only the first streamed chunk (the first round: an accepted draft and the
     next token, or a recovered token) and then cancels, sparing the second target pass."""
     counts: Counter = Counter()
     accepted = 0
-    seeds = iter(range(SAMPLES))
+    seeds = iter(range(samples))
     async with AsyncClient(address) as client:
         async def worker() -> None:
             nonlocal accepted
             for seed in seeds:
                 stream = client.stream(
-                    token_ids=prompt_ids, max_new_tokens=2, temperature=TEMPERATURE, top_k=TOP_K,
-                    seed=seed, drafter="copy", num_draft_tokens=1, max_tree_nodes=max_tree_nodes,
+                    token_ids=prompt_ids, max_new_tokens=2, temperature=temperature, top_k=top_k,
+                    seed=seed, drafter=drafter, num_draft_tokens=1, max_tree_nodes=max_tree_nodes,
                     draft_policy="fixed",  # every first round drafts: an adaptive policy might not
                 )
                 first_round = await anext(stream)
@@ -108,3 +115,43 @@ def test_first_token_follows_the_target_distribution(cluster, reference_model, t
     always_accept[draft] = 1.0 / width
     for wrong in (target_distribution(logits, 1.0, TOP_K), target_distribution(logits, TEMPERATURE, 0), always_accept):
         assert chi_square_p_value(counts, wrong, SAMPLES) < ALPHA
+
+
+# The ONNX drafter (int8 copy of the target) samples its drafts from a real q and sends it: the
+# first token must still follow p exactly, with a truncated q (temperature 0.8, top-k 50; a tree
+# of two siblings drawn i.i.d. from q) and an untruncated one (temperature 1; q tail-cut, a chain).
+ONNX_PROMPT = "Once upon a time, in a small village, there lived a"
+# Half the copy cases' samples: each request also runs the drafter's prefill, and the power checks
+# below still reject the wrong distributions at this size.
+ONNX_SAMPLES = 1000
+ONNX_CASES = {
+    # name: (temperature, top_k, max_tree_nodes)
+    "t0.8-k50-tree": (0.8, 50, 2),
+    "t1-chain": (1.0, 0, 1),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", list(ONNX_CASES))
+def test_first_token_follows_the_target_distribution_with_the_onnx_drafter(  # type: ignore[no-untyped-def]
+    onnx_quantized_dir, cluster, reference_model, tokenizer, case: str
+) -> None:
+    temperature, top_k, max_tree_nodes = ONNX_CASES[case]
+    prompt_ids = tokenizer.encode(ONNX_PROMPT)
+    with torch.inference_mode():
+        logits = reference_model(torch.tensor([prompt_ids])).logits[0, -1]
+    p = target_distribution(logits, temperature, top_k)
+
+    counts, accepted = asyncio.run(
+        first_tokens(cluster.address, prompt_ids, max_tree_nodes, "onnx-quantized", temperature, top_k, ONNX_SAMPLES)
+    )
+    assert sum(counts.values()) == ONNX_SAMPLES
+    print(f"{case}: first draft accepted on {accepted} of {ONNX_SAMPLES} seeds; {len(counts)} distinct first tokens")
+    assert 0.3 * ONNX_SAMPLES < accepted < ONNX_SAMPLES - 10  # accepted and recovered paths both ran
+
+    assert chi_square_p_value(counts, p, ONNX_SAMPLES) > ALPHA, counts.most_common(10)
+    # Power: another temperature (total variation 0.14 and 0.18 from p) or a truncation the
+    # request did not ask for (top-k 20) is rejected by the same counts.
+    wrong = [target_distribution(logits, 0.8 if temperature == 1.0 else 1.0, top_k), target_distribution(logits, temperature, 20)]
+    for r in wrong:
+        assert chi_square_p_value(counts, r, ONNX_SAMPLES) < ALPHA

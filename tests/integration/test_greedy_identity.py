@@ -1,5 +1,5 @@
 """Greedy identity: at temperature 0 our output equals transformers' own greedy generate,
-token for token, for both drafters, draft lengths 1, 4 and 8 (and no speculation), as chains and
+token for token, for the copy and n-gram drafters (and the ONNX drafter: chain and tree of 4 deep), draft lengths 1, 4 and 8 (and no speculation), as chains and
 as token trees (one and several branches per node, up to the verifier's 16 nodes), with fixed
 draft lengths and with the adaptive draft-length policies, with and without overlapped drafting."""
 
@@ -43,13 +43,17 @@ CONFIGS = [
     ("ngram", 8, 16, "fixed", False),
     # Adaptive lengths cut trees per round; overlap sends pre-drafted rounds when the verdict agrees.
     ("copy", 8, 16, "auto", True), ("ngram", 8, 8, "specdec++", True), ("copy", 8, 8, "leviathan", False),
+    # The ONNX drafter (int8 copy of the target): a chain, and a tree branching at depths 1-2.
+    ("onnx-quantized", 4, 4, "fixed", False), ("onnx-quantized", 4, 8, "fixed", False),
 ]
 
 
 @pytest.mark.parametrize("drafter,k,nodes,policy,overlap", CONFIGS)
 def test_greedy_output_equals_transformers_generate(  # type: ignore[no-untyped-def]
-    cluster, tokenizer, reference_outputs, drafter: str, k: int, nodes: int, policy: str, overlap: bool
+    request, cluster, tokenizer, reference_outputs, drafter: str, k: int, nodes: int, policy: str, overlap: bool
 ) -> None:
+    if drafter.startswith("onnx-"):
+        request.getfixturevalue("onnx_quantized_dir")  # built once, found by the drafter service
     drafted = hits = 0
     with Client(cluster.address) as client:
         for i, (kind, prompt) in enumerate(CASES):

@@ -1,0 +1,192 @@
+"""A model drafter: a small (or quantized) language model under onnxruntime, sampling drafts and
+sending the q each was drawn from (Leviathan et al., 2023: any q works; a good q is close to p).
+
+The model folder is what `specdec draft build` writes (drafter_build/): model.onnx with its KV
+cache as inputs/outputs (contract: drafter_build/onnx_export.py) and manifest.json. One loaded
+model (an onnxruntime InferenceSession, CPU execution provider) is shared by every session of
+the process; each session keeps its own KV cache as numpy arrays and the tokens it holds.
+
+Each propose runs the context through the model from the longest cached prefix it shares with
+the cache (so after the verifier rejects, the cache is rolled back to the accepted text by
+slicing, and drafted tokens that were accepted are not run again), then drafts a chain of
+`budget` tokens, one model call per token, each sampled from its sparse q
+(draft_sampling.py). With more nodes than the budget, siblings are added at the first depths:
+independent draws from the same q as the chain's node there (the exactness condition of the
+verifier's tree rule, verifier_svc/acceptance.py; repeats included), or at temperature 0 the
+next most likely tokens as point masses. Siblings are leaves: they cost no model call.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from drafter_svc.draft_sampling import TAIL_MASS, SparseQ, draft_distribution, point_mass, top_tokens
+from drafter_svc.drafter import ROOT, Draft, Feedback
+from specdec.sampling_params import SamplingParams
+
+# Siblings go to depths 1..BRANCH_DEPTHS, one at a time, shallowest first: the first drafts are
+# the likeliest to be reached, so their alternatives are worth the most.
+BRANCH_DEPTHS = 2
+
+
+@dataclass(frozen=True)
+class Manifest:
+    kind: str
+    num_layers: int
+    num_kv_heads: int
+    head_dim: int
+    vocab_size: int
+    tokenizer_fingerprint: str
+
+    @staticmethod
+    def read(folder: Path) -> Manifest:
+        data = json.loads((folder / "manifest.json").read_text())
+        model = data["model"]
+        return Manifest(
+            data["kind"], model["num_layers"], model["num_kv_heads"], model["head_dim"], model["vocab_size"],
+            data["target"]["tokenizer_fingerprint"],
+        )
+
+
+class DraftModel:
+    """A built drafter folder loaded into onnxruntime; `run` is one cached forward pass."""
+
+    def __init__(self, folder: Path, threads: int = 0) -> None:
+        import onnxruntime as ort
+
+        self.folder = folder
+        self.manifest = Manifest.read(folder)
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        # No busy-waiting between calls: the verifier may share these cores.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        self._session = ort.InferenceSession(str(folder / "model.onnx"), options, providers=["CPUExecutionProvider"])
+        layers = self.manifest.num_layers
+        self._past_names = [f"past_{kind}.{i}" for i in range(layers) for kind in ("key", "value")]
+
+    def empty_cache(self) -> list[np.ndarray]:
+        m = self.manifest
+        return [np.zeros((1, m.num_kv_heads, 0, m.head_dim), np.float32) for _ in range(2 * m.num_layers)]
+
+    def run(
+        self, token_ids: Sequence[int], positions: Sequence[int], bias: np.ndarray, cache: list[np.ndarray]
+    ) -> tuple[np.ndarray, list[np.ndarray]]:
+        """(logits [n, vocab] for each new token, the cache extended by them). bias [n, past + n]."""
+        n = len(token_ids)
+        outputs = self._session.run(None, {
+            "input_ids": np.asarray([token_ids], np.int64),
+            "position_ids": np.asarray([positions], np.int64),
+            "attention_bias": bias[None, None].astype(np.float32, copy=False),
+            "logits_index": np.arange(n, dtype=np.int64),
+            **dict(zip(self._past_names, cache)),
+        })
+        return outputs[0][0], outputs[1:]
+
+
+_MODELS: dict[Path, DraftModel] = {}
+_MODELS_LOCK = threading.Lock()
+
+
+def load_draft_model(folder: Path, threads: int = 0) -> DraftModel:
+    """The process's one DraftModel for `folder`, loaded on first use."""
+    key = folder.resolve()
+    with _MODELS_LOCK:
+        if key not in _MODELS:
+            _MODELS[key] = DraftModel(key, threads)
+        return _MODELS[key]
+
+
+def causal_bias(past: int, n: int) -> np.ndarray:
+    """[n, past + n]: 0 where new token i may attend (the cache, itself and earlier new tokens)."""
+    allowed = np.tri(n, past + n, k=past, dtype=bool)
+    return np.where(allowed, 0.0, np.finfo(np.float32).min).astype(np.float32)
+
+
+class OnnxDrafter:
+    """One session's drafter over a shared DraftModel; samples with `sampling` from `rng`, q cut
+    at `tail_mass` (draft_sampling.draft_distribution)."""
+
+    def __init__(self, model: DraftModel, sampling: SamplingParams, rng: np.random.Generator, tail_mass: float = TAIL_MASS) -> None:
+        if not 0.0 <= tail_mass < 1.0:
+            raise ValueError(f"tail_mass must be in [0, 1), got {tail_mass}")
+        self.model = model
+        self.sampling = sampling
+        self.rng = rng
+        self.tail_mass = tail_mass
+        self._tokens: list[int] = []  # the tokens whose keys and values are in the cache, in order
+        self._cache = model.empty_cache()
+        self.model_calls = 0
+
+    def next_logits(self, context: Sequence[int]) -> np.ndarray:
+        """The draft model's logits [vocab] after `context`, reusing the cached prefix it shares."""
+        if not context:
+            raise ValueError("the context must not be empty")
+        shared = 0
+        limit = min(len(self._tokens), len(context) - 1)  # the last token is always run: its logits are needed
+        while shared < limit and self._tokens[shared] == context[shared]:
+            shared += 1
+        self._truncate(shared)
+        new = list(context[shared:])
+        return self._extend(new, causal_bias(shared, len(new)))[-1]
+
+    def propose(self, context: Sequence[int], budget: int, max_nodes: int | None = None) -> Draft:
+        if budget < 0:
+            raise ValueError(f"budget must be >= 0, got {budget}")
+        nodes = budget if max_nodes is None else max_nodes
+        if max_nodes is not None and max_nodes < 0:
+            raise ValueError(f"max_nodes must be >= 0, got {max_nodes}")
+        depth = min(budget, nodes)
+        if depth == 0:
+            return Draft.point_masses([])
+        logits = self.next_logits(context)
+        chain: list[int] = []
+        chain_q: list[SparseQ] = []
+        level_logits: list[np.ndarray] = []
+        for d in range(depth):
+            q = draft_distribution(logits, self.sampling, self.tail_mass)
+            chain.append(q.sample(self.rng))
+            chain_q.append(q)
+            level_logits.append(logits)
+            if d + 1 < depth:
+                logits = self._extend([chain[-1]], causal_bias(len(self._tokens), 1))[0]
+        token_ids, parents = list(chain), list(range(ROOT, depth - 1))
+        qs = [q.lists() for q in chain_q]
+        for d, count in enumerate(_siblings_per_depth(nodes - depth, min(depth, BRANCH_DEPTHS))):
+            if self.sampling.greedy:
+                alternatives = [point_mass(t) for t in top_tokens(level_logits[d], count + 1)[1:]]
+                drawn = [(int(a.token_ids[0]), a) for a in alternatives]
+            else:
+                drawn = [(chain_q[d].sample(self.rng), chain_q[d]) for _ in range(count)]
+            for token, q in drawn:
+                token_ids.append(token)
+                parents.append(d - 1)  # the chain node at depth d (d - 1 is its parent's index)
+                qs.append(q.lists())
+        return Draft(token_ids, parents, [ids for ids, _ in qs], [probs for _, probs in qs])
+
+    def observe(self, feedback: Feedback) -> None:
+        """Nothing to learn: the next context tells the cache where to roll back to."""
+
+    def _extend(self, token_ids: list[int], bias: np.ndarray) -> np.ndarray:
+        start = len(self._tokens)
+        logits, self._cache = self.model.run(token_ids, range(start, start + len(token_ids)), bias, self._cache)
+        self._tokens += token_ids
+        self.model_calls += 1
+        return logits
+
+    def _truncate(self, length: int) -> None:
+        if length < len(self._tokens):
+            self._cache = [kv[:, :, :length] for kv in self._cache]
+            del self._tokens[length:]
+
+
+def _siblings_per_depth(extra: int, depths: int) -> list[int]:
+    """`extra` sibling nodes dealt round-robin over depths 1..depths: counts per depth."""
+    if extra <= 0 or depths <= 0:
+        return []
+    return [extra // depths + (1 if d < extra % depths else 0) for d in range(depths)]

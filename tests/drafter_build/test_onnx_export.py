@@ -1,0 +1,100 @@
+"""The ONNX export computes the model's own logits with its KV cache carried between calls, any
+split of the sequence, a token tree's mask included; int8 quantization stays close."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import torch
+
+from drafter_build.onnx_export import causal_bias, io_names, max_abs_logit_diff
+from tests.drafter_build.tiny_model import VOCAB, tiny_drafter_folder
+
+TOKENS = [int(t) for t in torch.randint(0, VOCAB, (40,), generator=torch.Generator().manual_seed(1))]
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[torch.nn.Module, Path]:
+    return tiny_drafter_folder(tmp_path_factory.mktemp("tiny-float"))
+
+
+@pytest.mark.parametrize("split", [1, 17, 39])
+def test_cached_calls_give_the_models_logits(exported, split: int) -> None:  # type: ignore[no-untyped-def]
+    model, folder = exported
+    diff = max_abs_logit_diff(model, folder / "model.onnx", TOKENS, split)
+    print(f"split {split}: largest |logit difference| from torch {diff:.2e}")
+    assert diff < 1e-4
+
+
+def test_tree_mask_gives_each_node_its_paths_logits(exported) -> None:  # type: ignore[no-untyped-def]
+    """Two siblings after a prefix, in one call with a tree mask: each gets the logits of a chain
+    over prefix + itself (the mask and the positions are data)."""
+    model, folder = exported
+    session = ort.InferenceSession(str(folder / "model.onnx"), providers=["CPUExecutionProvider"])
+    prefix, siblings = TOKENS[:10], [5, 7]
+    layers = model.config.num_hidden_layers
+    empty = np.zeros((1, 2, 0, 16), np.float32)
+    inputs, _ = io_names(layers)
+    _, *kv = session.run(None, {
+        "input_ids": np.array([prefix]), "position_ids": np.arange(10)[None], "attention_bias": causal_bias(0, 10).numpy(),
+        "logits_index": np.array([9]), **{name: empty for name in inputs[4:]},
+    })
+    bias = np.full((1, 1, 2, 12), np.finfo(np.float32).min, np.float32)
+    bias[..., :10] = 0.0
+    bias[0, 0, 0, 10] = bias[0, 0, 1, 11] = 0.0  # each sibling sees the prefix and itself only
+    logits, *_ = session.run(None, {
+        "input_ids": np.array([siblings]), "position_ids": np.array([[10, 10]]), "attention_bias": bias,
+        "logits_index": np.array([0, 1]), **dict(zip(inputs[4:], kv)),
+    })
+    with torch.no_grad():
+        for i, token in enumerate(siblings):
+            expected = model(torch.tensor([prefix + [token]])).logits[0, -1].numpy()
+            assert np.abs(logits[0, i] - expected).max() < 1e-4
+
+
+def test_int8_quantization_changes_weights_but_stays_close(exported, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    model, folder = exported
+    _, quantized = tiny_drafter_folder(tmp_path / "int8", quantize=True)
+    diff = max_abs_logit_diff(model, quantized / "model.onnx", TOKENS, 20)
+    print(f"int8: largest |logit difference| from torch {diff:.3f}")
+    assert 1e-4 < diff < 0.5
+    assert (quantized / "model.onnx").stat().st_size < (folder / "model.onnx").stat().st_size
+
+
+def test_manifest_describes_the_model_and_the_build(exported) -> None:  # type: ignore[no-untyped-def]
+    model, folder = exported
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["model"] == {
+        "num_layers": 3, "num_kv_heads": 2, "head_dim": 16, "vocab_size": VOCAB,
+        "num_parameters": sum(p.numel() for p in model.parameters()),
+    }
+    assert manifest["kind"] == "small" and manifest["target"]["tokenizer_fingerprint"] == "tiny-test-tokenizer"
+    assert manifest["created_with"]["quantization"] == "none (float32)"
+    assert manifest["float32_max_abs_logit_diff"] < 1e-4
+
+
+def test_int8_model_gives_each_token_the_same_logits_however_the_calls_are_split(tmp_path: Path) -> None:
+    """Activations are quantized per row: a prompt run in one call and token by token agree, so a
+    cache rolled back and extended matches a fresh run (per-tensor dynamic scales broke this)."""
+    _, quantized = tiny_drafter_folder(tmp_path / "int8", quantize=True)
+    session = ort.InferenceSession(str(quantized / "model.onnx"), providers=["CPUExecutionProvider"])
+    inputs, _ = io_names(3)
+    kv = [np.zeros((1, 2, 0, 16), np.float32)] * 6
+    whole, *_ = session.run(None, {
+        "input_ids": np.array([TOKENS]), "position_ids": np.arange(40)[None], "attention_bias": causal_bias(0, 40).numpy(),
+        "logits_index": np.arange(40), **dict(zip(inputs[4:], kv)),
+    })
+    rows = []
+    for i, token in enumerate(TOKENS):
+        logits, *kv = session.run(None, {
+            "input_ids": np.array([[token]]), "position_ids": np.array([[i]]), "attention_bias": causal_bias(i, 1).numpy(),
+            "logits_index": np.array([0]), **dict(zip(inputs[4:], kv)),
+        })
+        rows.append(logits[0, 0])
+    diff = float(np.abs(whole[0] - np.stack(rows)).max())
+    print(f"int8, one call vs token by token: largest |logit difference| {diff:.2e}")
+    assert diff < 1e-3

@@ -1,0 +1,196 @@
+"""The ONNX drafter: the q it sends for a token is the distribution that token was drawn from;
+its KV cache, rolled back after rejections, gives what a fresh run over the accepted text gives;
+trees branch at the first depths with siblings drawn from their declared q.
+
+Most cases run a tiny random model (tests/drafter_build/tiny_model.py, exported in seconds);
+the last ones run the real `quantized` drafter (built once into the drafter cache)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from drafter_svc.draft_sampling import draft_distribution
+from drafter_svc.drafter import ROOT, DrafterModels, make_drafter
+from drafter_svc.onnx_drafter import OnnxDrafter, load_draft_model
+from specdec.errors import FailedPrecondition
+from specdec.sampling_params import SamplingParams
+from tests.drafter_build.tiny_model import FINGERPRINT, VOCAB, tiny_drafter_folder
+from tests.verifier_svc.test_acceptance import l1_bound
+from verifier_svc.sampling import standardize as target_standardize
+
+CONTEXT = [3, 17, 9, 40, 2, 11, 25, 7]
+ROLLBACK_TOLERANCE = 1e-5  # on probabilities; float32 runs of different chunkings differ by rounding
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[torch.nn.Module, Path]:
+    return tiny_drafter_folder(tmp_path_factory.mktemp("tiny-drafter"))
+
+
+def drafter(folder: Path, sampling: SamplingParams, seed: int = 0, stream: int = 0) -> OnnxDrafter:
+    made = make_drafter("onnx-small", sampling, seed, stream, DrafterModels({"small": folder}, FINGERPRINT))
+    assert isinstance(made, OnnxDrafter)
+    return made
+
+
+@pytest.mark.parametrize("params", [SamplingParams(0.8, 10), SamplingParams(0.7, 0, 0.9)], ids=str)
+def test_q_sent_is_the_distribution_the_token_was_drawn_from(tiny, params: SamplingParams) -> None:  # type: ignore[no-untyped-def]
+    """Directly: every node's q equals the model's logits (torch) standardized as the target
+    standardizes them (verifier_svc.sampling) and tail-cut. Statistically: 100,000 drafted tokens
+    (the chain's and its i.i.d. siblings', all declaring that q) are within the
+    Bretagnolle-Huber-Carol L1 bound of it, and the same counts reject the raw-logits softmax
+    (the bug of transformers issues 32867 and 47932: q from raw logits, tokens from processed
+    ones)."""
+    model, folder = tiny
+    with torch.no_grad():
+        raw = model(torch.tensor([CONTEXT])).logits[0, -1]
+    processed = target_standardize(raw[None], params)[0].double().numpy()
+    d = drafter(folder, params)
+    tokens: list[int] = []
+    for _ in range(100):
+        draft = d.propose(CONTEXT, 1, 1000)  # one depth: the chain's node and 999 siblings
+        assert set(draft.parents) == {ROOT}
+        for ids, probs in zip(draft.q_token_ids, draft.q_probs):
+            assert (ids, probs) == (draft.q_token_ids[0], draft.q_probs[0])
+        tokens += draft.token_ids
+    ids, probs = np.array(draft.q_token_ids[0]), np.array(draft.q_probs[0])
+    assert set(ids.tolist()) <= set(np.flatnonzero(processed).tolist())
+    assert np.abs(probs - processed[ids] / processed[ids].sum()).max() < 1e-5
+    assert processed[ids].sum() > 1 - 1e-4
+
+    index = {t: i for i, t in enumerate(ids.tolist())}
+    assert set(tokens) <= set(index), "a token was drawn from outside the q that was sent"
+    empirical = np.bincount([index[t] for t in tokens], minlength=len(ids)) / len(tokens)
+    eps = l1_bound(VOCAB, len(tokens))
+    distance = np.abs(empirical - probs).sum()
+    raw_probs = torch.softmax(raw.double(), -1).numpy()
+    raw_distance = np.abs(empirical - raw_probs[ids]).sum() + raw_probs[np.setdiff1d(np.arange(VOCAB), ids)].sum()
+    print(f"{params}: |support| {len(ids)}, L1(tokens, q sent) {distance:.4f} < {eps:.4f}; "
+          f"L1(tokens, raw softmax) {raw_distance:.4f}")
+    assert distance < eps
+    assert raw_distance > eps
+
+
+@pytest.mark.parametrize("params", [SamplingParams(0.0), SamplingParams(1.0), SamplingParams(0.8, 10)], ids=str)
+def test_after_rejections_the_next_q_equals_a_fresh_runs(tiny, params: SamplingParams) -> None:  # type: ignore[no-untyped-def]
+    """Rounds of drafts partly accepted (then a recovered token the drafter did not propose): the
+    session's next q matches a fresh drafter's over the same text."""
+    _, folder = tiny
+    rng = np.random.default_rng(3)
+    session = drafter(folder, params)
+    context = list(CONTEXT)
+    worst = 0.0
+    for _ in range(12):
+        draft = session.propose(context, 4)
+        accepted = int(rng.integers(0, 5))
+        recovered = int(rng.integers(0, VOCAB))
+        context += draft.token_ids[:accepted] + ([recovered] if accepted < 4 else [])
+        ours = session.next_logits(context)
+        fresh = drafter(folder, params).next_logits(context)
+        worst = max(worst, float(np.abs(_softmax(ours) - _softmax(fresh)).max()))
+    print(f"{params}: largest probability difference from a fresh run {worst:.2e} (tolerance {ROLLBACK_TOLERANCE})")
+    assert worst < ROLLBACK_TOLERANCE
+
+
+def test_cache_keeps_accepted_drafts_and_runs_only_new_tokens(tiny) -> None:  # type: ignore[no-untyped-def]
+    _, folder = tiny
+    d = drafter(folder, SamplingParams(0.0))
+    draft = d.propose(CONTEXT, 4)
+    assert d.model_calls == 4  # the context in one call, then one per drafted token but the last
+    d.propose(CONTEXT + draft.token_ids + [1], 4)  # all accepted plus a bonus: 2 new tokens, one call
+    assert d.model_calls == 4 + 1 + 3
+
+
+def test_greedy_tree_branches_with_the_next_most_likely_tokens(tiny) -> None:  # type: ignore[no-untyped-def]
+    model, folder = tiny
+    draft = drafter(folder, SamplingParams(0.0)).propose(CONTEXT, 3, 7)
+    assert draft.parents == [ROOT, 0, 1, ROOT, ROOT, 0, 0]  # 4 siblings dealt to depths 1, 2
+    with torch.no_grad():
+        first = model(torch.tensor([CONTEXT])).logits[0, -1]
+        second = model(torch.tensor([CONTEXT + draft.token_ids[:1]])).logits[0, -1]
+    assert [draft.token_ids[i] for i in (0, 3, 4)] == first.topk(3).indices.tolist()
+    assert [draft.token_ids[i] for i in (1, 5, 6)] == second.topk(3).indices.tolist()
+    assert all(probs == [1.0] for probs in draft.q_probs)
+
+
+def test_sampled_tree_siblings_declare_their_chain_nodes_q(tiny) -> None:  # type: ignore[no-untyped-def]
+    _, folder = tiny
+    draft = drafter(folder, SamplingParams(1.0)).propose(CONTEXT, 4, 9)
+    assert draft.parents[:4] == [ROOT, 0, 1, 2] and draft.parents[4:] == [ROOT, ROOT, ROOT, 0, 0]
+    for node in range(4, 9):
+        chain_node = draft.parents[node] + 1
+        assert (draft.q_token_ids[node], draft.q_probs[node]) == (draft.q_token_ids[chain_node], draft.q_probs[chain_node])
+    assert drafter(folder, SamplingParams(1.0)).propose(CONTEXT, 0, 9).token_ids == []
+    assert len(drafter(folder, SamplingParams(1.0)).propose(CONTEXT, 4, 2).token_ids) == 2  # cut to max_nodes
+
+
+def test_seeded_streams_are_reproducible_and_distinct(tiny) -> None:  # type: ignore[no-untyped-def]
+    _, folder = tiny
+    params = SamplingParams(1.0)
+
+    def tokens(seed: int, stream: int) -> list[int]:
+        d = drafter(folder, params, seed, stream)
+        return [t for _ in range(5) for t in d.propose(CONTEXT, 4, 8).token_ids]
+
+    assert tokens(1, 0) == tokens(1, 0)
+    assert tokens(1, 0) != tokens(1, 1) and tokens(1, 0) != tokens(2, 0)
+
+
+def test_a_larger_tail_mass_sends_fewer_tokens_and_samples_only_from_them(tiny) -> None:  # type: ignore[no-untyped-def]
+    model, folder = tiny
+    with torch.no_grad():
+        p = torch.softmax(model(torch.tensor([CONTEXT])).logits[0, -1].double(), -1).numpy()
+    sizes = {}
+    for tail in (1e-4, 0.2):
+        made = make_drafter("onnx-small", SamplingParams(1.0), 0, 0, DrafterModels({"small": folder}, FINGERPRINT, tail_mass=tail))
+        draft = made.propose(CONTEXT, 1, 200)
+        ids = draft.q_token_ids[0]
+        assert set(draft.token_ids) <= set(ids) and p[ids].sum() >= 1 - tail - 1e-9
+        sizes[tail] = len(ids)
+    assert sizes[0.2] < sizes[1e-4]
+
+
+def test_missing_or_foreign_model_is_a_failed_precondition(tiny, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    _, folder = tiny
+    with pytest.raises(FailedPrecondition, match="specdec draft build small"):
+        make_drafter("onnx-small", models=DrafterModels({"small": tmp_path}))
+    with pytest.raises(FailedPrecondition, match="another tokenizer"):
+        make_drafter("onnx-small", models=DrafterModels({"small": folder}, "some-other-fingerprint"))
+    assert load_draft_model(folder) is load_draft_model(folder)  # one model per process
+
+
+@pytest.mark.slow
+def test_real_quantized_drafter_rolls_back_exactly(onnx_quantized_dir: Path, tokenizer) -> None:  # type: ignore[no-untyped-def]
+    """The real int8 drafter over a chat prompt: after partial acceptances, its next q (top-k 50)
+    equals a fresh run's; at temperature 1 with no truncation, q stays a small part of the
+    vocabulary."""
+    models = DrafterModels({"quantized": onnx_quantized_dir}, tokenizer.fingerprint)
+    context = tokenizer.encode_chat([{"role": "user", "content": "Write a short poem about the sea."}])
+    params = SamplingParams(0.8, 50)
+    session = make_drafter("onnx-quantized", params, 0, 0, models)
+    assert isinstance(session, OnnxDrafter)
+    worst = 0.0
+    for accepted in (2, 0, 4, 1):
+        draft = session.propose(context, 4)
+        context += draft.token_ids[:accepted] + ([tokenizer.encode(" sea", add_special_tokens=False)[0]] if accepted < 4 else [])
+        ours = draft_distribution(session.next_logits(context), params)
+        fresh_drafter = make_drafter("onnx-quantized", params, 0, 0, models)
+        assert isinstance(fresh_drafter, OnnxDrafter)
+        fresh = draft_distribution(fresh_drafter.next_logits(context), params)
+        assert set(ours.token_ids.tolist()) == set(fresh.token_ids.tolist())
+        order = {t: i for i, t in enumerate(fresh.token_ids.tolist())}
+        worst = max(worst, float(np.abs(ours.probs - fresh.probs[[order[t] for t in ours.token_ids.tolist()]]).max()))
+    print(f"quantized drafter: largest q difference from a fresh run {worst:.2e}")
+    assert worst < 1e-4
+    support = len(draft_distribution(session.next_logits(context), SamplingParams(1.0)).token_ids)
+    print(f"temperature 1, no truncation: q covers {support} of {tokenizer.vocab_size} tokens")
+    assert support < tokenizer.vocab_size // 4
+
+
+def _softmax(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x.astype(np.float64) - x.max())
+    return e / e.sum()
