@@ -58,9 +58,6 @@ class Draft:
         for name in ("match_lengths", "confidences"):
             if getattr(self, name) and len(getattr(self, name)) != len(self.token_ids):
                 raise ValueError(f"{name} must be empty or have one entry per node")
-        for name in ("match_lengths", "confidences"):
-            if getattr(self, name) and len(getattr(self, name)) != len(self.token_ids):
-                raise ValueError(f"{name} must be empty or have one entry per node")
 
     @staticmethod
     def point_masses(
