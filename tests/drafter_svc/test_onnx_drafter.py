@@ -24,10 +24,11 @@ from verifier_svc.sampling import standardize as target_standardize
 
 CONTEXT = [3, 17, 9, 40, 2, 11, 25, 7]
 ROLLBACK_TOLERANCE = 1e-5  # on probabilities; float32 runs of different chunkings differ by rounding
-# The int8 model's products quantize activations per row and block; the kernel for one token and
-# the one for many differ slightly, so a cache built token by token and a fresh run over the
-# same text differ by a little of the quantization's own noise.
-REAL_ROLLBACK_TOLERANCE = 2e-2
+# The int8 model's products quantize activations per row and block, and the kernel for one token
+# differs slightly from the one for many, so a cache built token by token and a fresh run over
+# the same text differ by a little of the quantization's own noise: 1.9e-2 measured (1.0e-6 with
+# float32 products, accuracy level 1, which is 13x slower).
+REAL_ROLLBACK_TOLERANCE = 5e-2
 
 
 @pytest.fixture(scope="module")
