@@ -2,7 +2,7 @@
 drafter cache (specdec.model_files.drafter_dir), with a manifest.
 
 - quantized: the target itself exported with its KV cache (onnx_export.py), weights int8
-  (MatMulNBits, float32 activations): the "quantized copy of the target" drafter.
+  (MatMulNBits, int8 products): the "quantized copy of the target" drafter.
 - small: a few-layer model distilled from the target, sharing its tokenizer
   (drafter_build.distill.build_small_model), exported in float32 (int8 with --int8).
 
@@ -113,7 +113,7 @@ def write_drafter(model, work: Path, *, kind: str, quantize: bool, target: dict,
             "transformers": transformers.__version__,
             "onnxruntime": onnxruntime.__version__,
             "opset": onnx_export.OPSET,
-            "quantization": "int8 weights (MatMulNBits, symmetric, blocks of 32), float32 activations" if quantize else "none (float32)",
+            "quantization": "int8 weights (MatMulNBits, symmetric, blocks of 32), int8 products (activations per row and block)" if quantize else "none (float32)",
             "seed": seed,
         },
         "float32_max_abs_logit_diff": diff,

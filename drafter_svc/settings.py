@@ -31,7 +31,7 @@ class DrafterSettings:
     )
     onnx_threads: int = field(default=0, metadata={"help": "onnxruntime threads of the model drafters (0: one per core)"})
     onnx_tail_mass: float = field(
-        default=1e-4,
+        default=1e-2,
         metadata={"help": "model drafters: mass of q's least likely tokens left unsent when nothing truncates q (fewer bytes, alpha lower by at most this)"},
     )
     num_draft_tokens: int = field(default=8, metadata={"help": "draft length (tree depth) used when a request sets none"})

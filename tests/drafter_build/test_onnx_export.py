@@ -77,9 +77,9 @@ def test_manifest_describes_the_model_and_the_build(exported) -> None:  # type: 
     assert manifest["float32_max_abs_logit_diff"] < 1e-4
 
 
-def test_int8_model_gives_each_token_the_same_logits_however_the_calls_are_split(tmp_path: Path) -> None:
-    """Activations are quantized per row: a prompt run in one call and token by token agree, so a
-    cache rolled back and extended matches a fresh run (per-tensor dynamic scales broke this)."""
+def test_int8_model_gives_each_token_nearly_the_same_logits_however_the_calls_are_split(tmp_path: Path) -> None:
+    """Activations are quantized per row and block: a prompt run in one call and token by token
+    agree to well within the quantization's own error (per-tensor dynamic scales did not)."""
     _, quantized = tiny_drafter_folder(tmp_path / "int8", quantize=True)
     session = ort.InferenceSession(str(quantized / "model.onnx"), providers=["CPUExecutionProvider"])
     inputs, _ = io_names(3)
@@ -97,4 +97,4 @@ def test_int8_model_gives_each_token_the_same_logits_however_the_calls_are_split
         rows.append(logits[0, 0])
     diff = float(np.abs(whole[0] - np.stack(rows)).max())
     print(f"int8, one call vs token by token: largest |logit difference| {diff:.2e}")
-    assert diff < 1e-3
+    assert diff < 0.05

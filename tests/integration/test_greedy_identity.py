@@ -67,6 +67,7 @@ def test_greedy_output_equals_transformers_generate(  # type: ignore[no-untyped-
             assert result.finish_reason == expected
             assert result.text == tokenizer.decode(result.token_ids)
             assert (result.stats.draft_policy, result.stats.overlap) == (policy, overlap)
+            assert (result.stats.q_bytes > 0) == (result.stats.drafted_tokens > 0)  # every drafted node sends its q
             drafted += result.stats.drafted_tokens
             hits += result.stats.overlap_hits
     # The speculative configurations really speculated (otherwise this test proves nothing), and
