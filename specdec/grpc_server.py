@@ -81,6 +81,12 @@ def _wrap_stream(behavior: Callable) -> Callable:
     return wrapper
 
 
+def message_size_options(max_bytes: int) -> list[tuple[str, int]]:
+    """Server or channel options capping one message, received or sent, at max_bytes (larger
+    ones fail with RESOURCE_EXHAUSTED before any handler runs)."""
+    return [("grpc.max_receive_message_length", max_bytes), ("grpc.max_send_message_length", max_bytes)]
+
+
 async def serve(
     *,
     host: str,
@@ -91,6 +97,7 @@ async def serve(
     options: Sequence[tuple[str, int]] = (),
     credentials: grpc.ServerCredentials | None = None,
     health_port: int = 0,
+    interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
 ) -> None:
     """Run a gRPC server until SIGTERM/SIGINT.
 
@@ -98,9 +105,10 @@ async def serve(
     The bound port is printed as `SPECDEC_LISTENING <port>` so launchers can use port 0.
     credentials: serve TLS (see specdec.tls) instead of plaintext. health_port > 0: also answer
     `grpc.health.v1` (and nothing else) in plaintext on that port, for Kubernetes' gRPC probes,
-    which cannot speak TLS; it reports the same statuses as the main port.
+    which cannot speak TLS; it reports the same statuses as the main port. interceptors run
+    before the error mapping, in order (specdec.auth, specdec.client_limits).
     """
-    server = grpc.aio.server(interceptors=[ExceptionToStatusInterceptor()], options=list(options))
+    server = grpc.aio.server(interceptors=[*interceptors, ExceptionToStatusInterceptor()], options=list(options))
     names = list(add_services(server))
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
