@@ -16,7 +16,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from specdec.errors import SpecdecError
+from specdec.errors import InvalidArgument, SpecdecError
 
 log = logging.getLogger(__name__)
 
@@ -39,26 +39,53 @@ async def _abort(context: grpc.aio.ServicerContext, error: Exception) -> None:
 
 class ExceptionToStatusInterceptor(grpc.aio.ServerInterceptor):
     """Maps SpecdecError subclasses to their status codes and anything else to INTERNAL,
-    without leaking a traceback to the client (KServe's interceptor of the same name)."""
+    without leaking a traceback to the client (KServe's interceptor of the same name).
+    Requests are parsed here as well, so bytes that are not the method's message get
+    INVALID_ARGUMENT naming `request` (gRPC's own parsing would answer INTERNAL)."""
 
     async def intercept_service(self, continuation, handler_call_details):  # type: ignore[no-untyped-def]
         handler = await continuation(handler_call_details)
         if handler is None:
             return None
+        parse = _parser(handler.request_deserializer)
+        raw = handler._replace(request_deserializer=None)
         if handler.unary_unary:
-            return handler._replace(unary_unary=_wrap_unary(handler.unary_unary))
+            return raw._replace(unary_unary=_wrap_unary(handler.unary_unary, parse))
         if handler.unary_stream:
-            return handler._replace(unary_stream=_wrap_stream(handler.unary_stream))
+            return raw._replace(unary_stream=_wrap_stream(handler.unary_stream, parse))
         if handler.stream_stream:
-            return handler._replace(stream_stream=_wrap_stream(handler.stream_stream))
+            return raw._replace(stream_stream=_wrap_stream(handler.stream_stream, _parse_each(parse)))
         return handler
 
 
-def _wrap_unary(behavior: Callable) -> Callable:
+def _parser(deserialize: Callable | None) -> Callable:
+    def parse(raw):  # type: ignore[no-untyped-def]
+        if deserialize is None:
+            return raw
+        try:
+            return deserialize(raw)
+        except Exception:  # noqa: BLE001 - protobuf's DecodeError and kin
+            raise InvalidArgument("request", f"{len(raw)} bytes that do not parse as this method's request message") from None
+
+    return parse
+
+
+def _parse_each(parse: Callable) -> Callable:
+    def parse_stream(requests):  # type: ignore[no-untyped-def]
+        async def parsed():  # type: ignore[no-untyped-def]
+            async for raw in requests:
+                yield parse(raw)
+
+        return parsed()
+
+    return parse_stream
+
+
+def _wrap_unary(behavior: Callable, parse: Callable) -> Callable:
     @functools.wraps(behavior)
     async def wrapper(request, context):  # type: ignore[no-untyped-def]
         try:
-            return await behavior(request, context)
+            return await behavior(parse(request), context)
         except (asyncio.CancelledError, grpc.aio.AbortError):
             raise
         except Exception as error:  # noqa: BLE001 - this is the one place errors become statuses
@@ -67,11 +94,11 @@ def _wrap_unary(behavior: Callable) -> Callable:
     return wrapper
 
 
-def _wrap_stream(behavior: Callable) -> Callable:
+def _wrap_stream(behavior: Callable, parse: Callable) -> Callable:
     @functools.wraps(behavior)
     async def wrapper(request, context):  # type: ignore[no-untyped-def]
         try:
-            async for response in behavior(request, context):
+            async for response in behavior(parse(request), context):
                 yield response
         except (asyncio.CancelledError, grpc.aio.AbortError):
             raise
