@@ -174,6 +174,15 @@ def test_verifier_stalled_past_the_deadline(faults: Faults) -> None:
             stalled.process.send_signal(signal.SIGCONT)
     _eventually(lambda: _open_sessions(stalled) == 0)  # the verifier freed the session
     _eventually(lambda: _drafter_open_sessions(faults) == 0)
+    _eventually(lambda: _generates(faults))  # and serves again once its load poll answers
+
+
+def _generates(faults: Faults) -> bool:
+    try:
+        with Client(faults.address) as client:
+            return len(client.generate("Hi", max_new_tokens=2, temperature=0.0).token_ids) == 2
+    except grpc.RpcError:
+        return False
 
 
 def test_drafter_killed_mid_stream(faults: Faults) -> None:
