@@ -183,6 +183,9 @@ class ResumingCall:
     async def _resume(self, cause: str) -> None:
         verifier, policy = self.verifier, self.verifier.policy
         broken = verifier.placement.address
+        self.call.cancel()
+        verifier.pool.report_broken(broken)  # once per break: a later attempt may find it back
+        log.info("verifier %s: session broke (%s); resuming after %d tokens", broken, cause.split(":")[0], len(self.committed))
         while True:
             self.failures += 1
             if self.failures > policy.attempts:
@@ -193,14 +196,10 @@ class ResumingCall:
                 wait = min(policy.backoff_seconds * 2 ** (self.failures - 2), policy.max_backoff_seconds)
                 timeout = verifier.timeout()
                 await asyncio.sleep(wait if timeout is None else min(wait, timeout))
-            log.info("verifier %s: session broke (%s); resuming after %d tokens (attempt %d)",
-                     broken, cause.split(":")[0], len(self.committed), self.failures)
-            self.call.cancel()
-            verifier.pool.report_broken(broken)
             try:
                 placement = verifier.place(avoid=broken)
             except SpecdecError as error:  # no ready verifier (yet): wait and try again
-                cause = str(error)
+                log.debug("resume attempt %d: %s", self.failures, error)
                 continue
             self.call = placement.stub.Verify(timeout=verifier.timeout())
             verifier.resumes += 1

@@ -69,6 +69,7 @@ class Member:
         self.placed_since_report = 0
         self.running = 0  # this drafter's sessions on it now
         self.poller: asyncio.Task[None] | None = None
+        self.down_logged = False  # "not answering" was logged for the current outage
 
     @property
     def ready(self) -> bool:
@@ -210,14 +211,15 @@ class VerifierPool:
                 load = await member.stub.GetLoad(verifier_pb2.GetLoadRequest(), timeout=timeout)
                 member.open_sessions, member.max_sessions = load.open_sessions, load.max_sessions
                 member.placed_since_report = 0
-                if not member.answering:
+                was_answering, member.answering, member.down_logged = member.answering, True, False
+                if not was_answering:
                     log.info("verifier %s answers: %s", member.address, member.describe())
-                member.answering = True
                 if member.ready:
                     self._some_ready.set()
             except grpc.aio.AioRpcError as error:
-                if member.answering or member.model_info is None:
+                if member.answering or not member.down_logged:  # once per outage, not every poll
                     log.info("verifier %s not answering: %s", member.address, error.code().name)
+                    member.down_logged = True
                 member.answering = False
                 member.model_info = None  # check the model again once it answers
             await asyncio.sleep(self.poll_seconds)
