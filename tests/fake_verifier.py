@@ -3,7 +3,7 @@
 It serves GetModelInfo (with a chosen tokenizer fingerprint), GetLoad (its open streams plus a
 load the test sets) and Verify: every round is answered with nothing accepted and `next_token`
 as the recovered token, so a drafter's round loop runs against it unchanged. `break_after_rounds`
-(None: never) makes every stream fail with UNAVAILABLE once it has answered that many rounds, as a
+(None: never) makes every stream (with `break_once`, the first one) fail with UNAVAILABLE once it has answered that many rounds, as a
 killed verifier's streams do; `opens` records every OpenSession received.
 """
 
@@ -28,8 +28,10 @@ class FakeVerifier(verifier_pb2_grpc.VerifierServicer):
         next_token: int = 42,
         credentials: grpc.ServerCredentials | None = None,
         break_after_rounds: int | None = None,
+        break_once: bool = False,
     ) -> None:
         self.break_after_rounds = break_after_rounds
+        self.break_once = break_once  # only the first stream to reach break_after_rounds breaks
         self.opens: list[verifier_pb2.OpenSession] = []
         self.fingerprint = fingerprint
         self.max_sessions = max_sessions
@@ -75,6 +77,8 @@ class FakeVerifier(verifier_pb2_grpc.VerifierServicer):
                     self.opens.append(request.open)
                 if request.WhichOneof("kind") == "round":
                     if self.break_after_rounds is not None and answered >= self.break_after_rounds:
+                        if self.break_once:
+                            self.break_after_rounds = None
                         context.abort(grpc.StatusCode.UNAVAILABLE, "fake verifier: stream broken")
                     answered += 1
                     with self._lock:

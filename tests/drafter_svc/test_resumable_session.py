@@ -74,6 +74,23 @@ def test_a_broken_stream_moves_to_another_verifier_with_the_tokens_so_far(tokeni
     assert breaking.rounds == 3 and spare.rounds == 5  # the round in flight was sent again, once
 
 
+def test_a_lone_verifier_takes_the_session_back_once_it_answers_again(tokenizer) -> None:  # type: ignore[no-untyped-def]
+    """No other verifier: the re-open waits (backoff) until the pool's next load poll finds the
+    broken one answering, then resumes there."""
+    lone = FakeVerifier(tokenizer.fingerprint, next_token=TOKEN, break_after_rounds=2, break_once=True)
+
+    async def body(address: str) -> None:
+        async with AsyncClient(address) as client:
+            result = await client.generate(token_ids=[1, 2, 3], max_new_tokens=5, num_draft_tokens=0)
+        assert result.token_ids == [TOKEN] * 5 and result.stats.resumes == 1
+
+    try:
+        asyncio.run(_with_drafter([lone], tokenizer, ResumePolicy(attempts=6, backoff_seconds=0.05), body))
+    finally:
+        lone.stop()
+    assert [list(o.prompt_token_ids) for o in lone.opens] == [[1, 2, 3], [1, 2, 3, TOKEN, TOKEN]]
+
+
 def test_retries_are_bounded_then_unavailable(tokenizer) -> None:  # type: ignore[no-untyped-def]
     broken = FakeVerifier(tokenizer.fingerprint, next_token=TOKEN, break_after_rounds=0)
 
