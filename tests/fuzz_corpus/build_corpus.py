@@ -93,7 +93,7 @@ VERIFY: dict[str, list[bytes]] = {
     "parent_int32_min": [opening().SerializeToString(), points([-(2**31)], [5]).SerializeToString()],
     "q_nan": [opening(temperature=1.0).SerializeToString(), round_((-1, 5, q(5, 6, probs=[float("nan"), 1.0]))).SerializeToString()],
     "q_inf": [opening(temperature=1.0).SerializeToString(), round_((-1, 5, q(5, probs=[float("inf")]))).SerializeToString()],
-    "q_10k_ids": [opening(temperature=1.0).SerializeToString(), round_((-1, 5, q(*range(10_000)))).SerializeToString()],
+    "valid_q_10k_ids": [opening(temperature=1.0).SerializeToString(), round_((-1, 5, q(*range(10_000)))).SerializeToString()],
     "q_probs_without_ids": [opening(temperature=1.0).SerializeToString(), round_((-1, 5, q(probs=[1.0]))).SerializeToString()],
     "draft_token_negative": [opening().SerializeToString(), points([-1], [-5]).SerializeToString()],
     "valid_wide_tree_uint64_seed": [opening(temperature=1.0, top_k=2**31 - 1, seed=2**64 - 1).SerializeToString(),
