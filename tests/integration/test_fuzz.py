@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import struct
 import threading
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -218,15 +219,20 @@ def test_generate_fuzz(channels, healthy) -> None:  # type: ignore[no-untyped-de
     generate = channels[0].unary_stream(GENERATE)
     raw = mutated(generate_requests())
 
+    codes: Counter[str] = Counter()
+
     @FUZZ
     @given(st.one_of(generate_requests().map(lambda m: m.SerializeToString()), raw))
     def case(data: bytes) -> None:
         code = _check(generate, data)
-        if code == grpc.StatusCode.INVALID_ARGUMENT:
-            return
-        assert code in {grpc.StatusCode.OK, grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.FAILED_PRECONDITION}, code
+        codes[code.name] += 1
+        assert code in {grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED,
+                        grpc.StatusCode.FAILED_PRECONDITION}, code
 
     case()
+    print(f"Generate: {dict(codes)}")
+    assert sum(codes.values()) == CASES
+    assert codes["OK"] >= 5 and codes["INVALID_ARGUMENT"] >= CASES // 2  # valid requests were served too
 
 
 def test_verify_fuzz(channels, healthy) -> None:  # type: ignore[no-untyped-def]
@@ -234,12 +240,17 @@ def test_verify_fuzz(channels, healthy) -> None:  # type: ignore[no-untyped-def]
     message = verify_requests()
     frame = st.one_of(message.map(lambda m: m.SerializeToString()), mutated(message))
 
+    codes: Counter[str] = Counter()
+
     @FUZZ
     @given(st.lists(frame, min_size=1, max_size=4))
     def case(frames: list[bytes]) -> None:
-        _check(verify, iter(frames))
+        codes[_check(verify, iter(frames)).name] += 1
 
     case()
+    print(f"Verify: {dict(codes)}")
+    assert sum(codes.values()) == CASES
+    assert codes["OK"] >= 5 and codes["INVALID_ARGUMENT"] >= CASES // 2
 
 
 def test_float_strategies_reach_the_edges() -> None:
