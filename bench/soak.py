@@ -61,6 +61,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--fault-seconds", type=float, default=60.0, help="a verifier is killed every this many seconds (0: never)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, default=RESULTS)
+    p.add_argument("--render", type=Path, help="print the markdown report of an earlier run's JSON and exit")
     return p.parse_args(argv)
 
 
@@ -248,53 +249,67 @@ class Soak:
 def write_report(soak: Soak, args: argparse.Namespace, seconds: float, leftover: dict) -> Path:
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     args.out.mkdir(parents=True, exist_ok=True)
-    growth = soak.memory_growth()
-    first, last = soak.rss[0] if soak.rss else {}, soak.rss[-1] if soak.rss else {}
     report = {
-        "minutes": round(seconds / 60, 2), "clients": args.clients, "max_new_tokens": args.max_new_tokens,
+        "stamp": stamp, "minutes": round(seconds / 60, 2), "clients": args.clients, "max_new_tokens": args.max_new_tokens,
         "cancel_rate": args.cancel_rate, "sampled_rate": args.sampled_rate, "fault_seconds": args.fault_seconds, "seed": args.seed,
         "sessions": soak.sessions, "served": soak.served, "cancelled": soak.cancelled, "errors": dict(soak.errors),
         "error_samples": soak.error_samples, "greedy_checked": soak.checked, "tokens_lost": soak.lost,
         "tokens_duplicated": soak.duplicated, "tokens_different": soak.different, "mismatches": soak.mismatches,
-        "resumes": soak.resumes, "verifier_kills": soak.kills, "memory_growth_mb_per_1000_sessions": growth,
-        "rss_mb_first": first, "rss_mb_last": last, "rss_samples": soak.rss, "after": leftover, "machine": machine.describe(),
+        "resumes": soak.resumes, "verifier_kills": soak.kills, "memory_growth_mb_per_1000_sessions": soak.memory_growth(),
+        "rss_mb_first": soak.rss[0] if soak.rss else {}, "rss_mb_last": soak.rss[-1] if soak.rss else {},
+        "rss_samples": soak.rss, "after": leftover, "machine": machine.describe(),
     }
     json_path = args.out / f"soak-{stamp}.json"
     json_path.write_text(json.dumps(report, indent=1))
+    text = render(report)
+    json_path.with_suffix(".md").write_text(text)
+    print(text)
+    return json_path
 
-    def fmt(x: object) -> str:
-        return "n/a" if x is None else f"{x:+.1f}" if isinstance(x, float) else str(x)
 
+def render(report: dict) -> str:
+    """The markdown report of a soak run's JSON."""
+
+    def mb(x: object, sign: bool = False) -> str:
+        return "n/a" if x is None else f"{x:+.1f}" if sign else f"{x:.0f}"
+
+    growth, first, last = report["memory_growth_mb_per_1000_sessions"], report["rss_mb_first"], report["rss_mb_last"]
     verifier_growth = "; ".join(
-        f"verifier {i}: " + ", ".join(f"life {life}: {fmt(g)}" for life, g in lives.items())  # type: ignore[union-attr]
-        for i, lives in ((i, growth[f"verifier{i}"]) for i in range(2))
+        f"verifier {i}: " + ", ".join(f"process {int(life) + 1}: {mb(g, True)}" for life, g in growth[f"verifier{i}"].items())
+        for i in range(2)
     )
+    kills = report["verifier_kills"]
     lines = [
-        f"# Soak run {stamp}", "",
-        f"{report['minutes']} minutes, {args.clients} clients, max_new_tokens 4-{args.max_new_tokens}, "
-        f"{args.cancel_rate:.0%} cancelled by the client, {args.sampled_rate:.0%} sampled, "
-        f"a verifier killed (SIGKILL) and restarted every {args.fault_seconds:.0f} s.", "",
+        f"# Soak run {report.get('stamp', '')}", "",
+        f"{report['minutes']} minutes, {report['clients']} clients, max_new_tokens 4-{report['max_new_tokens']} "
+        f"(greedy requests compared with a reference output per prompt), {report['cancel_rate']:.0%} cancelled by the client "
+        f"after 1-6 chunks, {report['sampled_rate']:.0%} sampled at temperature 0.8; every {report['fault_seconds']:.0f} s one of "
+        "the two verifiers is killed (SIGKILL) and started again on its port 1-5 s later.", "",
         "| measure | value |", "|---|---|",
-        f"| sessions started | {soak.sessions} |",
-        f"| served to the end | {soak.served} |",
-        f"| cancelled by the client | {soak.cancelled} |",
-        f"| errors by code | {dict(soak.errors) or 'none'} |",
-        f"| verifier kills | {len(soak.kills)} (sessions open on the victim: {[k['open_sessions_when_killed'] for k in soak.kills]}) |",
-        f"| sessions resumed | {soak.resumes} |",
-        f"| greedy outputs checked against the reference | {soak.checked} |",
-        f"| tokens lost / duplicated / different | {soak.lost} / {soak.duplicated} / {soak.different} |",
-        f"| open sessions after the run (drafter, verifiers) | {leftover} |",
-        f"| RSS first -> last sample, MB | drafter {fmt(first.get('drafter'))} -> {fmt(last.get('drafter'))} |",
-        f"| memory growth, MB per 1,000 sessions | drafter {fmt(growth['drafter'])}; {verifier_growth} |",
+        f"| sessions started | {report['sessions']} |",
+        f"| served to the end | {report['served']} |",
+        f"| cancelled by the client | {report['cancelled']} |",
+        f"| errors by code | {report['errors'] or 'none'} |",
+        f"| verifier kills | {len(kills)} (sessions open on the victim: {[k['open_sessions_when_killed'] for k in kills]}) |",
+        f"| resumes (in generations that finished) | {report['resumes']} |",
+        f"| greedy outputs checked against the reference | {report['greedy_checked']} |",
+        f"| tokens lost / duplicated / different | {report['tokens_lost']} / {report['tokens_duplicated']} / {report['tokens_different']} |",
+        f"| open sessions after the run | {report['after']} |",
+        f"| RSS at the first -> last sample (5 s apart), MB | drafter {mb(first.get('drafter'))} -> {mb(last.get('drafter'))}, "
+        f"verifier 0 {mb(first.get('verifier0'))} -> {mb(last.get('verifier0'))}, verifier 1 {mb(first.get('verifier1'))} -> {mb(last.get('verifier1'))} |",
+        f"| RSS growth, MB per 1,000 sessions (least squares) | drafter {mb(growth['drafter'], True)}; {verifier_growth} |",
         "",
     ]
-    (args.out / f"soak-{stamp}.md").write_text("\n".join(lines))
-    print("\n".join(lines))
-    return json_path
+    return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.render:
+        report = json.loads(args.render.read_text())
+        report.setdefault("stamp", args.render.stem.removeprefix("soak-"))
+        print(render(report))
+        return 0
     logs = Path(tempfile.mkdtemp(prefix="specdec-soak-"))
     print(f"starting two verifiers and a drafter (logs in {logs}) ...", flush=True)
     soak = Soak(args, logs)
