@@ -228,22 +228,32 @@ class Soak:
         return float(next(line.split()[1] for line in text.splitlines() if line.startswith("specdec_drafter_open_sessions ")))
 
     def memory_growth(self) -> dict[str, object]:
-        warm = [s for s in self.rss if s["t"] >= 60] or self.rss
-        growth: dict[str, object] = {"drafter": slope_per_1000([(s["sessions"], s["drafter"]) for s in warm if s["drafter"]])}
-        for i in range(2):
-            by_life: dict[int, list[tuple[int, float]]] = {}
-            for s in self.rss:
-                if s[f"verifier{i}"]:
-                    by_life.setdefault(s[f"verifier{i}_incarnation"], []).append((s["sessions"], s[f"verifier{i}"]))
-            # a fresh process grows while it warms up: skip each incarnation's first 4 samples (20 s)
-            growth[f"verifier{i}"] = {life: slope_per_1000(points[4:]) for life, points in by_life.items()}
-        return growth
+        return memory_growth(self.rss)
 
     def shutdown(self) -> int:
         codes = []
         for service in [self.drafter, *self.verifiers]:
             codes.append(service.stop())
         return max(codes, key=abs)
+
+
+def memory_growth(rss: list[dict]) -> dict[str, object]:
+    """MB per 1,000 sessions (all sessions, both verifiers'), least squares: the drafter after
+    the first minute; each verifier process after its first 30 s (loading, warm-up), for
+    processes that then lived at least 60 s (None otherwise)."""
+    warm = [s for s in rss if s["t"] >= 60] or rss
+    growth: dict[str, object] = {"drafter": slope_per_1000([(s["sessions"], s["drafter"]) for s in warm if s["drafter"]])}
+    for i in range(2):
+        lives: dict[int, list[tuple[float, int, float]]] = {}
+        for s in rss:
+            if s[f"verifier{i}"]:
+                lives.setdefault(s[f"verifier{i}_incarnation"], []).append((s["t"], s["sessions"], s[f"verifier{i}"]))
+        growth[f"verifier{i}"] = {}
+        for life, points in lives.items():
+            settled = [(n, mb) for t, n, mb in points if t >= points[0][0] + 30]
+            long_enough = settled and points[-1][0] - points[0][0] >= 90
+            growth[f"verifier{i}"][life] = slope_per_1000(settled) if long_enough else None  # type: ignore[index]
+    return growth
 
 
 def write_report(soak: Soak, args: argparse.Namespace, seconds: float, leftover: dict) -> Path:
@@ -308,6 +318,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.render:
         report = json.loads(args.render.read_text())
         report.setdefault("stamp", args.render.stem.removeprefix("soak-"))
+        report["memory_growth_mb_per_1000_sessions"] = memory_growth(report["rss_samples"])
         print(render(report))
         return 0
     logs = Path(tempfile.mkdtemp(prefix="specdec-soak-"))
