@@ -122,6 +122,49 @@ def generate_requests(draw) -> drafter_pb2.GenerateRequest:  # type: ignore[no-u
 
 
 @st.composite
+def valid_generate_requests(draw) -> drafter_pb2.GenerateRequest:  # type: ignore[no-untyped-def]
+    """Requests the drafter must serve: random content within every limit, 1-2 new tokens."""
+    msg = drafter_pb2.GenerateRequest(max_new_tokens=draw(st.integers(1, 2)), stop=draw(st.lists(st.text(min_size=1, max_size=4), max_size=2)))
+    kind = draw(st.sampled_from(["text", "chat", "token_ids"]))
+    if kind == "text":
+        msg.text = draw(st.text(min_size=1, max_size=16))
+    elif kind == "chat":
+        for role, content in draw(st.lists(st.tuples(st.sampled_from(["user", "system", "assistant"]), st.text(max_size=12)), min_size=1, max_size=2)):
+            msg.chat.messages.add(role=role, content=content)
+    else:
+        msg.token_ids.ids.extend(draw(st.lists(st.integers(0, 49151), min_size=1, max_size=6)))
+    temperature = draw(st.one_of(st.just(0.0), st.floats(0.05, 2.0)))
+    msg.sampling.temperature = temperature
+    msg.sampling.top_k = draw(st.integers(0, 100))
+    msg.sampling.top_p = draw(st.floats(0.05, 1.0))
+    if draw(st.booleans()):
+        msg.sampling.seed = draw(st.integers(0, 2**64 - 1))
+    spec = msg.speculation
+    spec.drafter = draw(st.sampled_from(["", "copy", "ngram"]))
+    spec.draft_policy = draw(st.sampled_from(["", "fixed", "auto", "leviathan", "specdec++", "copy-confidence"]))
+    if draw(st.booleans()):
+        spec.num_draft_tokens = draw(st.integers(0, 8))  # the test verifier's depth limit
+        if draw(st.booleans()):
+            spec.max_tree_nodes = draw(st.integers(spec.num_draft_tokens, 16))
+    if draw(st.booleans()):
+        spec.overlap = draw(st.booleans())
+    rule = draw(st.sampled_from(["", "exact", "lenient"] + (["mentored"] if temperature > 0 else [])))
+    if rule:
+        msg.acceptance.rule = rule
+        msg.acceptance.parameter = draw(st.floats(0.05, 1.0))
+    return msg
+
+
+@st.composite
+def generate_cases(draw) -> tuple[bytes, bool]:  # type: ignore[no-untyped-def]
+    """(bytes, must be served): about 1 in 30 a valid request, else anything."""
+    if draw(st.integers(0, 29)) == 0:
+        return draw(valid_generate_requests()).SerializeToString(), True
+    data = draw(st.one_of(generate_requests().map(lambda m: m.SerializeToString()), mutated(generate_requests())))
+    return data, False
+
+
+@st.composite
 def verify_requests(draw) -> verifier_pb2.VerifyRequest:  # type: ignore[no-untyped-def]
     kind = draw(st.sampled_from(["open", "round", "round", "close", "empty"]))
     if kind == "open":
@@ -144,6 +187,28 @@ def verify_requests(draw) -> verifier_pb2.VerifyRequest:  # type: ignore[no-unty
     if kind == "close":
         return verifier_pb2.VerifyRequest(close=verifier_pb2.CloseSession())
     return verifier_pb2.VerifyRequest()
+
+
+@st.composite
+def valid_open(draw) -> verifier_pb2.VerifyRequest:  # type: ignore[no-untyped-def]
+    """An OpenSession the verifier must accept: a short prompt of vocabulary ids, sane sampling."""
+    msg = verifier_pb2.VerifyRequest(open=verifier_pb2.OpenSession(prompt_token_ids=draw(st.lists(st.integers(0, 49151), min_size=1, max_size=6))))
+    msg.open.sampling.temperature = draw(st.one_of(st.just(0.0), st.floats(0.05, 2.0)))
+    msg.open.sampling.top_k = draw(st.integers(0, 100))
+    msg.open.sampling.top_p = draw(st.floats(0.05, 1.0))
+    if draw(st.booleans()):
+        msg.open.sampling.seed = draw(st.integers(0, 2**64 - 1))
+    return msg
+
+
+@st.composite
+def verify_cases(draw) -> list[bytes]:  # type: ignore[no-untyped-def]
+    """A stream of 1-4 messages; about 1 in 10 opens a valid session and then sends anything."""
+    message = verify_requests()
+    frame = st.one_of(message.map(lambda m: m.SerializeToString()), mutated(message))
+    if draw(st.integers(0, 9)) == 0:
+        return [draw(valid_open()).SerializeToString(), *draw(st.lists(frame, max_size=3))]
+    return draw(st.lists(frame, min_size=1, max_size=4))
 
 
 @st.composite
@@ -217,40 +282,38 @@ def test_seed_corpus_replays(channels, healthy) -> None:  # type: ignore[no-unty
 
 def test_generate_fuzz(channels, healthy) -> None:  # type: ignore[no-untyped-def]
     generate = channels[0].unary_stream(GENERATE)
-    raw = mutated(generate_requests())
-
     codes: Counter[str] = Counter()
 
     @FUZZ
-    @given(st.one_of(generate_requests().map(lambda m: m.SerializeToString()), raw))
-    def case(data: bytes) -> None:
+    @given(generate_cases())
+    def case(data_and_valid: tuple[bytes, bool]) -> None:
+        data, valid = data_and_valid
         code = _check(generate, data)
         codes[code.name] += 1
-        assert code in {grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED,
-                        grpc.StatusCode.FAILED_PRECONDITION}, code
+        assert code == grpc.StatusCode.OK if valid else code in {
+            grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.FAILED_PRECONDITION
+        }, code
 
     case()
     print(f"Generate: {dict(codes)}")
     assert sum(codes.values()) == CASES
-    assert codes["OK"] >= 5 and codes["INVALID_ARGUMENT"] >= CASES // 2  # valid requests were served too
+    assert codes["OK"] >= 20 and codes["INVALID_ARGUMENT"] >= CASES // 2  # valid requests were served too
 
 
 def test_verify_fuzz(channels, healthy) -> None:  # type: ignore[no-untyped-def]
     verify = channels[1].stream_stream(VERIFY)
-    message = verify_requests()
-    frame = st.one_of(message.map(lambda m: m.SerializeToString()), mutated(message))
 
     codes: Counter[str] = Counter()
 
     @FUZZ
-    @given(st.lists(frame, min_size=1, max_size=4))
+    @given(verify_cases())
     def case(frames: list[bytes]) -> None:
         codes[_check(verify, iter(frames)).name] += 1
 
     case()
     print(f"Verify: {dict(codes)}")
     assert sum(codes.values()) == CASES
-    assert codes["OK"] >= 5 and codes["INVALID_ARGUMENT"] >= CASES // 2
+    assert codes["OK"] >= 20 and codes["INVALID_ARGUMENT"] >= CASES // 2  # valid sessions were served too
 
 
 def test_float_strategies_reach_the_edges() -> None:
