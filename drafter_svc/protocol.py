@@ -39,6 +39,7 @@ class Defaults:
     max_new_tokens_cap: int
     draft_policy: str = "fixed"
     overlap: bool = False
+    max_prompt_tokens: int = 0  # 0: only the verifier's context length
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,8 @@ def request_from_proto(
     msg: drafter_pb2.GenerateRequest, tokenizer: Tokenizer, limits: VerifierLimits, defaults: Defaults
 ) -> GenerationRequest:
     prompt = _prompt_ids(msg, tokenizer)
+    if defaults.max_prompt_tokens and len(prompt) > defaults.max_prompt_tokens:
+        raise InvalidArgument("prompt", f"{len(prompt)} tokens exceed this server's cap of {defaults.max_prompt_tokens} (max_prompt_tokens)")
     if len(prompt) >= limits.context_length:
         raise InvalidArgument("prompt", f"{len(prompt)} tokens leave no room in the model's context length of {limits.context_length}")
     if msg.max_new_tokens <= 0:

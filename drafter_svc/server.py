@@ -7,14 +7,19 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
+import grpc
+
 from drafter_svc.discovery import discovery_from_target
 from drafter_svc.draft_policy import POLICY_NAMES, PolicyState
 from drafter_svc.drafter import DrafterModels
 from drafter_svc.protocol import Defaults
+from drafter_svc.resumable_session import ResumePolicy
 from drafter_svc.servicer import DrafterServicer
 from drafter_svc.settings import DrafterSettings
 from drafter_svc.verifier_pool import VerifierPool
 from specdec import grpc_server, settings, tls
+from specdec.auth import BearerTokenInterceptor, load_token
+from specdec.client_limits import ClientStreamLimit
 from specdec.metrics import DrafterMetrics, serve_metrics
 from specdec.model_files import drafter_dir, tokenizer_dir
 from specdec.tokenizer import Tokenizer
@@ -32,7 +37,7 @@ def make_pool(config: DrafterSettings, tokenizer: Tokenizer) -> VerifierPool:
         credentials=tls.channel_credentials(
             config.verifier_tls_ca_file, config.verifier_tls_cert_file, config.verifier_tls_key_file
         ),
-        options=tls.channel_options(config.verifier_tls_server_name),
+        options=[*tls.channel_options(config.verifier_tls_server_name), *grpc_server.message_size_options(config.max_message_bytes)],
         poll_seconds=config.load_poll_seconds,
     )
 
@@ -42,7 +47,7 @@ async def run(config: DrafterSettings) -> None:
     pool = make_pool(config, tokenizer)
     defaults = Defaults(
         config.drafter, config.num_draft_tokens, config.max_tree_nodes, config.max_new_tokens_cap,
-        config.draft_policy, config.overlap,
+        config.draft_policy, config.overlap, config.max_prompt_tokens,
     )
     if config.draft_policy not in POLICY_NAMES:
         raise SystemExit(f"--draft-policy: unknown policy {config.draft_policy!r}; choose one of {', '.join(POLICY_NAMES)}")
@@ -60,7 +65,14 @@ async def run(config: DrafterSettings) -> None:
     )
     if not 0.0 <= config.onnx_tail_mass < 1.0:
         raise SystemExit(f"--onnx-tail-mass: must be in [0, 1), got {config.onnx_tail_mass}")
-    servicer = DrafterServicer(pool, defaults, metrics, PolicyState(config.stop_threshold, config.load_weight), models)
+    resume = ResumePolicy(config.resume_attempts, config.resume_backoff_seconds)
+    servicer = DrafterServicer(
+        pool, defaults, metrics, PolicyState(config.stop_threshold, config.load_weight), models, resume
+    )
+    interceptors: list[grpc.aio.ServerInterceptor] = []
+    if config.auth_token_file:
+        interceptors.append(BearerTokenInterceptor(load_token(config.auth_token_file)))
+    interceptors.append(ClientStreamLimit(config.max_streams_per_client))
 
     def add_services(server) -> list[str]:  # type: ignore[no-untyped-def]
         drafter_pb2_grpc.add_DrafterServicer_to_server(servicer, server)
@@ -78,6 +90,8 @@ async def run(config: DrafterSettings) -> None:
         grace_seconds=config.grace_seconds,
         credentials=tls.server_credentials(config.tls_cert_file, config.tls_key_file, config.tls_client_ca_file),
         health_port=config.health_port,
+        options=grpc_server.message_size_options(config.max_message_bytes),
+        interceptors=interceptors,
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import asyncio
+import time
 from collections.abc import AsyncIterator
 
 import grpc
@@ -13,6 +14,7 @@ from drafter_svc.draft_policy import PolicyState
 from drafter_svc.drafter import DrafterModels
 from drafter_svc.generation import generate
 from drafter_svc.protocol import Defaults, VerifierLimits, request_from_proto
+from drafter_svc.resumable_session import ResumePolicy, ResumingVerifier
 from drafter_svc.verifier_pool import VerifierPool
 from specdec.errors import SpecdecError
 from specdec.metrics import DrafterMetrics
@@ -29,8 +31,10 @@ class DrafterServicer(drafter_pb2_grpc.DrafterServicer):
         metrics: DrafterMetrics | None = None,
         policies: PolicyState | None = None,
         models: DrafterModels | None = None,
+        resume: ResumePolicy = ResumePolicy(),
     ) -> None:
         self.pool = pool
+        self.resume = resume
         self.defaults = defaults
         self.metrics = metrics or DrafterMetrics()
         self.policies = policies or PolicyState()  # learned across this process's sessions
@@ -40,7 +44,9 @@ class DrafterServicer(drafter_pb2_grpc.DrafterServicer):
         self, request: drafter_pb2.GenerateRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[drafter_pb2.GenerateResponse]:
         try:
-            async for response in self._generate(request):
+            remaining = context.time_remaining()
+            deadline = None if remaining is None else time.monotonic() + remaining
+            async for response in self._generate(request, deadline):
                 yield response
         except SpecdecError as error:
             self.metrics.errors.labels(error.code.name).inc()
@@ -52,15 +58,18 @@ class DrafterServicer(drafter_pb2_grpc.DrafterServicer):
             self.metrics.errors.labels("CANCELLED").inc()
             raise
 
-    async def _generate(self, request: drafter_pb2.GenerateRequest) -> AsyncIterator[drafter_pb2.GenerateResponse]:
-        with self.pool.place() as verifier, self.metrics.open_sessions.track_inprogress():
-            # the session stays on this verifier to the end
-            info = verifier.model_info
+    async def _generate(self, request: drafter_pb2.GenerateRequest, deadline: float | None) -> AsyncIterator[drafter_pb2.GenerateResponse]:
+        # the session stays on this verifier unless its stream breaks (resumable_session.py)
+        with ResumingVerifier(self.pool, self.resume, deadline) as verifier, self.metrics.open_sessions.track_inprogress():
+            placed = verifier.placement
+            info = placed.model_info
             limits = VerifierLimits(info.context_length, info.max_draft_tokens, info.max_draft_depth)
             generation = request_from_proto(request, self.pool.tokenizer, limits, self.defaults)
             async for response in generate(
-                generation, verifier.stub, self.pool.tokenizer, verifier.verifier_info, self.policies, self.models
+                generation, verifier, self.pool.tokenizer, placed.verifier_info, self.policies, self.models  # type: ignore[arg-type]
             ):
+                if response.finish_reason != drafter_pb2.FINISH_REASON_UNSPECIFIED:
+                    response.stats.resumes = verifier.resumes
                 self.metrics.observe(response)
                 yield response
         costs = self.policies.costs

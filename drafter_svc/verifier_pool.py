@@ -11,6 +11,9 @@ Contract:
   are broken at random so that drafters do not all pick the same one. The session stays on
   that verifier for its whole life: a verifier that leaves the discovered set takes no new
   sessions, but its channel stays open until its last running session ends.
+- `report_broken(address)`: a session's stream to it broke; it takes no sessions until its next
+  load poll answers (resumable_session.py re-opens the session elsewhere meanwhile). Channels
+  reconnect within `max_reconnect_backoff_ms` (2 s) of a verifier's return.
 - No ready verifier: UNAVAILABLE naming what is known; only verifiers whose tokenizer differs:
   FAILED_PRECONDITION with the mismatch.
 """
@@ -33,6 +36,11 @@ from specdec.tokenizer import Tokenizer
 from specdec.v1 import verifier_pb2, verifier_pb2_grpc
 
 log = logging.getLogger(__name__)
+RECONNECT_OPTIONS = [
+    ("grpc.initial_reconnect_backoff_ms", 200),
+    ("grpc.min_reconnect_backoff_ms", 200),
+    ("grpc.max_reconnect_backoff_ms", 2000),
+]
 
 
 @dataclass(frozen=True)
@@ -61,6 +69,7 @@ class Member:
         self.placed_since_report = 0
         self.running = 0  # this drafter's sessions on it now
         self.poller: asyncio.Task[None] | None = None
+        self.down_logged = False  # "not answering" was logged for the current outage
 
     @property
     def ready(self) -> bool:
@@ -118,9 +127,10 @@ class VerifierPool:
             await self._drop(member)
 
     @contextlib.contextmanager
-    def place(self) -> Iterator[Placement]:
-        """Choose the verifier for a new session; the session runs inside the `with` block."""
-        member = self._choose()
+    def place(self, avoid: str | None = None) -> Iterator[Placement]:
+        """Choose the verifier for a new session (another than `avoid` where another is ready);
+        the session runs inside the `with` block."""
+        member = self._choose(avoid)
         info = member.model_info
         assert info is not None  # ready members have one
         member.running += 1
@@ -132,8 +142,17 @@ class VerifierPool:
             if not member.listed and member.running == 0 and self.members.get(member.address) is member:
                 asyncio.ensure_future(self._drop(member))
 
-    def _choose(self) -> Member:
+    def report_broken(self, address: str) -> None:
+        """A session's stream to `address` broke: not ready until its next load poll answers."""
+        member = self.members.get(address)
+        if member is not None and member.answering:
+            log.info("verifier %s: a session stream broke; not ready until it answers again", address)
+            member.answering = False
+            member.model_info = None  # checked again (a restarted verifier may serve another model)
+
+    def _choose(self, avoid: str | None = None) -> Member:
         ready = [m for m in self.members.values() if m.ready]
+        ready = [m for m in ready if m.address != avoid] or ready
         if ready:
             return min(ready, key=lambda m: (m.load, random.random()))
         listed = [m for m in self.members.values() if m.listed]
@@ -165,9 +184,11 @@ class VerifierPool:
                         await self._drop(member)
 
     def _channel(self, address: str) -> grpc.aio.Channel:
+        # gRPC's reconnect backoff grows to 120 s; a restarted verifier should be seen in seconds
+        options = [*RECONNECT_OPTIONS, *self.options]
         if self.credentials is not None:
-            return grpc.aio.secure_channel(address, self.credentials, options=self.options)
-        return grpc.aio.insecure_channel(address, options=self.options)
+            return grpc.aio.secure_channel(address, self.credentials, options=options)
+        return grpc.aio.insecure_channel(address, options=options)
 
     async def _drop(self, member: Member) -> None:
         if self.members.get(member.address) is member:
@@ -190,14 +211,15 @@ class VerifierPool:
                 load = await member.stub.GetLoad(verifier_pb2.GetLoadRequest(), timeout=timeout)
                 member.open_sessions, member.max_sessions = load.open_sessions, load.max_sessions
                 member.placed_since_report = 0
-                if not member.answering:
+                was_answering, member.answering, member.down_logged = member.answering, True, False
+                if not was_answering:
                     log.info("verifier %s answers: %s", member.address, member.describe())
-                member.answering = True
                 if member.ready:
                     self._some_ready.set()
             except grpc.aio.AioRpcError as error:
-                if member.answering or member.model_info is None:
+                if member.answering or not member.down_logged:  # once per outage, not every poll
                     log.info("verifier %s not answering: %s", member.address, error.code().name)
+                    member.down_logged = True
                 member.answering = False
                 member.model_info = None  # check the model again once it answers
             await asyncio.sleep(self.poll_seconds)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -10,11 +11,13 @@ import grpc
 
 
 def _generate(args: argparse.Namespace) -> int:
+    from specdec.auth import load_token
     from specdec.client import Client
     from specdec.tls import channel_credentials
 
     credentials = channel_credentials(args.tls_ca_file, args.tls_cert_file, args.tls_key_file)
-    with Client(args.address, credentials=credentials) as client:
+    token = load_token(args.token_file).decode() if args.token_file else None
+    with Client(args.address, credentials=credentials, token=token) as client:
         try:
             for chunk in client.stream(
                 None if args.chat else args.prompt,
@@ -91,6 +94,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                      help="exact (default), or opt-in lossy lenient:L (L in (0, 1]) or mentored:D (KL budget D >= 0, "
                           "temperature > 0)")
     gen.add_argument("--tls-ca-file", default="", help="PEM CA to check the drafter with: use TLS")
+    gen.add_argument(
+        "--token-file", default=os.environ.get("SPECDEC_TOKEN_FILE", ""),
+        help="file holding the bearer token the drafter requires (env SPECDEC_TOKEN_FILE)",
+    )
     gen.add_argument("--tls-cert-file", default="", help="PEM client certificate (mutual TLS)")
     gen.add_argument("--tls-key-file", default="", help="PEM private key of --tls-cert-file")
 

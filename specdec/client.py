@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import grpc
 
 from specdec.acceptance_params import acceptance_to_proto, parse
+from specdec.auth import authorization_metadata
 from specdec.v1 import common_pb2, drafter_pb2, drafter_pb2_grpc
 
 
@@ -44,6 +45,7 @@ class GenerationStats:
     drafted_by_position: tuple[int, ...] = ()  # per draft depth: rounds whose draft reached it
     accepted_by_position: tuple[int, ...] = ()  # per draft depth: rounds whose accepted path reached it
     q_bytes: int = 0  # serialized draft distributions sent to the verifier
+    resumes: int = 0  # verifier sessions re-opened after a broken stream (output unaffected)
 
     @property
     def tokens_per_second(self) -> float:
@@ -158,15 +160,18 @@ class Client:
     """Blocking client of a drafter service. Keyword arguments as in build_request."""
 
     def __init__(
-        self, address: str, timeout: float | None = None, credentials: grpc.ChannelCredentials | None = None
+        self, address: str, timeout: float | None = None, credentials: grpc.ChannelCredentials | None = None,
+        token: str | None = None,
     ) -> None:
-        """credentials: TLS (specdec.tls.channel_credentials); None: plaintext."""
+        """credentials: TLS (specdec.tls.channel_credentials); None: plaintext. token: the
+        bearer token a drafter started with --auth-token-file requires."""
         self._channel = grpc.secure_channel(address, credentials) if credentials else grpc.insecure_channel(address)
         self._stub = drafter_pb2_grpc.DrafterStub(self._channel)
         self._timeout = timeout
+        self._metadata = authorization_metadata(token) if token else None
 
     def stream(self, prompt: str | None = None, **kwargs) -> Iterator[Chunk]:  # type: ignore[no-untyped-def]
-        call = self._stub.Generate(build_request(prompt, **kwargs), timeout=self._timeout)
+        call = self._stub.Generate(build_request(prompt, **kwargs), timeout=self._timeout, metadata=self._metadata)
         try:
             for msg in call:
                 yield chunk_from_proto(msg)
@@ -190,16 +195,18 @@ class AsyncClient:
     """asyncio client of a drafter service. Keyword arguments as in build_request."""
 
     def __init__(
-        self, address: str, timeout: float | None = None, credentials: grpc.ChannelCredentials | None = None
+        self, address: str, timeout: float | None = None, credentials: grpc.ChannelCredentials | None = None,
+        token: str | None = None,
     ) -> None:
         self._channel = (
             grpc.aio.secure_channel(address, credentials) if credentials else grpc.aio.insecure_channel(address)
         )
         self._stub = drafter_pb2_grpc.DrafterStub(self._channel)
         self._timeout = timeout
+        self._metadata = authorization_metadata(token) if token else None
 
     async def stream(self, prompt: str | None = None, **kwargs) -> AsyncIterator[Chunk]:  # type: ignore[no-untyped-def]
-        call = self._stub.Generate(build_request(prompt, **kwargs), timeout=self._timeout)
+        call = self._stub.Generate(build_request(prompt, **kwargs), timeout=self._timeout, metadata=self._metadata)
         try:
             async for msg in call:
                 yield chunk_from_proto(msg)

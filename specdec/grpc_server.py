@@ -16,7 +16,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from specdec.errors import SpecdecError
+from specdec.errors import InvalidArgument, SpecdecError
 
 log = logging.getLogger(__name__)
 
@@ -39,26 +39,53 @@ async def _abort(context: grpc.aio.ServicerContext, error: Exception) -> None:
 
 class ExceptionToStatusInterceptor(grpc.aio.ServerInterceptor):
     """Maps SpecdecError subclasses to their status codes and anything else to INTERNAL,
-    without leaking a traceback to the client (KServe's interceptor of the same name)."""
+    without leaking a traceback to the client (KServe's interceptor of the same name).
+    Requests are parsed here as well, so bytes that are not the method's message get
+    INVALID_ARGUMENT naming `request` (gRPC's own parsing would answer INTERNAL)."""
 
     async def intercept_service(self, continuation, handler_call_details):  # type: ignore[no-untyped-def]
         handler = await continuation(handler_call_details)
         if handler is None:
             return None
+        parse = _parser(handler.request_deserializer)
+        raw = handler._replace(request_deserializer=None)
         if handler.unary_unary:
-            return handler._replace(unary_unary=_wrap_unary(handler.unary_unary))
+            return raw._replace(unary_unary=_wrap_unary(handler.unary_unary, parse))
         if handler.unary_stream:
-            return handler._replace(unary_stream=_wrap_stream(handler.unary_stream))
+            return raw._replace(unary_stream=_wrap_stream(handler.unary_stream, parse))
         if handler.stream_stream:
-            return handler._replace(stream_stream=_wrap_stream(handler.stream_stream))
+            return raw._replace(stream_stream=_wrap_stream(handler.stream_stream, _parse_each(parse)))
         return handler
 
 
-def _wrap_unary(behavior: Callable) -> Callable:
+def _parser(deserialize: Callable | None) -> Callable:
+    def parse(raw):  # type: ignore[no-untyped-def]
+        if deserialize is None:
+            return raw
+        try:
+            return deserialize(raw)
+        except Exception:  # noqa: BLE001 - protobuf's DecodeError and kin
+            raise InvalidArgument("request", f"{len(raw)} bytes that do not parse as this method's request message") from None
+
+    return parse
+
+
+def _parse_each(parse: Callable) -> Callable:
+    def parse_stream(requests):  # type: ignore[no-untyped-def]
+        async def parsed():  # type: ignore[no-untyped-def]
+            async for raw in requests:
+                yield parse(raw)
+
+        return parsed()
+
+    return parse_stream
+
+
+def _wrap_unary(behavior: Callable, parse: Callable) -> Callable:
     @functools.wraps(behavior)
     async def wrapper(request, context):  # type: ignore[no-untyped-def]
         try:
-            return await behavior(request, context)
+            return await behavior(parse(request), context)
         except (asyncio.CancelledError, grpc.aio.AbortError):
             raise
         except Exception as error:  # noqa: BLE001 - this is the one place errors become statuses
@@ -67,11 +94,11 @@ def _wrap_unary(behavior: Callable) -> Callable:
     return wrapper
 
 
-def _wrap_stream(behavior: Callable) -> Callable:
+def _wrap_stream(behavior: Callable, parse: Callable) -> Callable:
     @functools.wraps(behavior)
     async def wrapper(request, context):  # type: ignore[no-untyped-def]
         try:
-            async for response in behavior(request, context):
+            async for response in behavior(parse(request), context):
                 yield response
         except (asyncio.CancelledError, grpc.aio.AbortError):
             raise
@@ -79,6 +106,12 @@ def _wrap_stream(behavior: Callable) -> Callable:
             await _abort(context, error)
 
     return wrapper
+
+
+def message_size_options(max_bytes: int) -> list[tuple[str, int]]:
+    """Server or channel options capping one message, received or sent, at max_bytes (larger
+    ones fail with RESOURCE_EXHAUSTED before any handler runs)."""
+    return [("grpc.max_receive_message_length", max_bytes), ("grpc.max_send_message_length", max_bytes)]
 
 
 async def serve(
@@ -91,6 +124,7 @@ async def serve(
     options: Sequence[tuple[str, int]] = (),
     credentials: grpc.ServerCredentials | None = None,
     health_port: int = 0,
+    interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
 ) -> None:
     """Run a gRPC server until SIGTERM/SIGINT.
 
@@ -98,9 +132,10 @@ async def serve(
     The bound port is printed as `SPECDEC_LISTENING <port>` so launchers can use port 0.
     credentials: serve TLS (see specdec.tls) instead of plaintext. health_port > 0: also answer
     `grpc.health.v1` (and nothing else) in plaintext on that port, for Kubernetes' gRPC probes,
-    which cannot speak TLS; it reports the same statuses as the main port.
+    which cannot speak TLS; it reports the same statuses as the main port. interceptors run
+    before the error mapping, in order (specdec.auth, specdec.client_limits).
     """
-    server = grpc.aio.server(interceptors=[ExceptionToStatusInterceptor()], options=list(options))
+    server = grpc.aio.server(interceptors=[*interceptors, ExceptionToStatusInterceptor()], options=list(options))
     names = list(add_services(server))
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

@@ -33,6 +33,7 @@ class DrafterMetrics:
         self.num_accepted_tokens = Counter("specdec_spec_decode_num_accepted_tokens", "drafted tokens accepted", registry=r)
         self.verifiers_ready = Gauge("specdec_drafter_verifiers_ready", "verifiers ready for new sessions", registry=r)
         self.errors = Counter("specdec_drafter_errors", "Generate streams ended by an error, by gRPC status code", ["code"], registry=r)
+        self.resumes = Counter("specdec_drafter_resumes", "verifier sessions re-opened after a broken stream (finished generations)", registry=r)
 
     def observe(self, response: drafter_pb2.GenerateResponse) -> None:
         """Count one streamed response; the last one of a generation carries its statistics."""
@@ -43,6 +44,7 @@ class DrafterMetrics:
             self.num_drafts.inc(stats.rounds)
             self.num_draft_tokens.inc(stats.drafted_tokens)
             self.num_accepted_tokens.inc(stats.accepted_tokens)
+            self.resumes.inc(stats.resumes)
 
 
 # Seconds: from ~1 ms (a short CPU pass) to several seconds (a long prompt under load).

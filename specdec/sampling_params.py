@@ -12,6 +12,10 @@ from dataclasses import dataclass
 from specdec.errors import InvalidArgument
 from specdec.v1 import common_pb2
 
+# Smaller positive temperatures overflow float32 logits to inf (a NaN distribution); found by
+# tests/integration/test_fuzz.py. Such a temperature is greedy decoding in all but name.
+MIN_TEMPERATURE = 1e-6
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -34,6 +38,8 @@ class SamplingParams:
         """Raise InvalidArgument naming the offending field."""
         if not math.isfinite(self.temperature) or self.temperature < 0:
             raise InvalidArgument(f"{field_prefix}.temperature", f"must be >= 0, got {self.temperature}")
+        if 0 < self.temperature < MIN_TEMPERATURE:  # logits / temperature would overflow to inf
+            raise InvalidArgument(f"{field_prefix}.temperature", f"must be 0 (greedy) or >= {MIN_TEMPERATURE}, got {self.temperature}")
         if self.top_k < 0:
             raise InvalidArgument(f"{field_prefix}.top_k", f"must be >= 0 (0 disables), got {self.top_k}")
         if not (0.0 < self.top_p <= 1.0):

@@ -2,7 +2,9 @@
 
 It serves GetModelInfo (with a chosen tokenizer fingerprint), GetLoad (its open streams plus a
 load the test sets) and Verify: every round is answered with nothing accepted and `next_token`
-as the recovered token, so a drafter's round loop runs against it unchanged.
+as the recovered token, so a drafter's round loop runs against it unchanged. `break_after_rounds`
+(None: never) makes every stream (with `break_once`, the first one) fail with UNAVAILABLE once it has answered that many rounds, as a
+killed verifier's streams do; `opens` records every OpenSession received.
 """
 
 from __future__ import annotations
@@ -25,7 +27,12 @@ class FakeVerifier(verifier_pb2_grpc.VerifierServicer):
         max_sessions: int = 10,
         next_token: int = 42,
         credentials: grpc.ServerCredentials | None = None,
+        break_after_rounds: int | None = None,
+        break_once: bool = False,
     ) -> None:
+        self.break_after_rounds = break_after_rounds
+        self.break_once = break_once  # only the first stream to reach break_after_rounds breaks
+        self.opens: list[verifier_pb2.OpenSession] = []
         self.fingerprint = fingerprint
         self.max_sessions = max_sessions
         self.next_token = next_token
@@ -63,9 +70,17 @@ class FakeVerifier(verifier_pb2_grpc.VerifierServicer):
     def Verify(self, request_iterator, context) -> Iterator[verifier_pb2.VerifyResponse]:  # type: ignore[no-untyped-def]
         with self._lock:
             self.streams += 1
+        answered = 0
         try:
             for request in request_iterator:
+                if request.WhichOneof("kind") == "open":
+                    self.opens.append(request.open)
                 if request.WhichOneof("kind") == "round":
+                    if self.break_after_rounds is not None and answered >= self.break_after_rounds:
+                        if self.break_once:
+                            self.break_after_rounds = None
+                        context.abort(grpc.StatusCode.UNAVAILABLE, "fake verifier: stream broken")
+                    answered += 1
                     with self._lock:
                         self.rounds += 1
                     yield verifier_pb2.VerifyResponse(

@@ -31,3 +31,4 @@ class VerifierSettings:
     tls_cert_file: str = field(default="", metadata={"help": "PEM server certificate: serve TLS (empty: plaintext)"})
     tls_key_file: str = field(default="", metadata={"help": "PEM private key of tls_cert_file"})
     tls_client_ca_file: str = field(default="", metadata={"help": "PEM CA: require client certificates it signed (mutual TLS)"})
+    max_message_bytes: int = field(default=4 * 1024 * 1024, metadata={"help": "largest gRPC message received or sent, in bytes"})

@@ -42,6 +42,7 @@ OTHER_ENV = {"SPECDEC_CACHE_DIR": inspect.getsource(model_files.cache_root), "HF
 VARIANTS: dict[str, dict[str, Any]] = {
     "default": {},
     "tls": {"tls": {"enabled": True, "mutualDrafter": True}},
+    "auth": {"auth": {"enabled": True, "secretName": "tokens", "secretKey": "drafter-token"}},
     "autoscaling-off": {"drafter": {"autoscaling": {"enabled": False}, "replicas": 3}},
     "servicemonitor": {"metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prom"}}}},
     "dns-discovery-model-volume": {
@@ -304,14 +305,24 @@ def test_tls_variant_mounts_the_secret_and_points_every_setting_at_it(monkeypatc
         volumes = one("tls", "Deployment", component)["spec"]["template"]["spec"]["volumes"]
         assert next(v for v in volumes if v["name"] == "tls")["secret"] == {"secretName": "specdec-tls"}
         config = parsed_settings("tls", component, monkeypatch)
-        files = {getattr(config, f.name) for f in dataclasses.fields(config) if f.name.endswith("_file")}
+        files = {getattr(config, f.name) for f in dataclasses.fields(config) if f.name.endswith("_file") and "tls" in f.name}
         assert files == {f"{mount['mountPath']}/{name}" for name in ("tls.crt", "tls.key", "ca.crt")}
     drafter = parsed_settings("tls", "drafter", monkeypatch)
     assert drafter.verifier_tls_server_name == f"{one('tls', 'Service', 'verifier')['metadata']['name']}.{NAMESPACE}.svc"
     assert parsed_settings("tls", "verifier", monkeypatch).tls_client_ca_file  # only drafters reach verifiers
 
 
-@pytest.mark.parametrize("variant", ["default", "tls"])
+def test_auth_variant_mounts_the_token_secret_as_the_file_the_drafter_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert "SPECDEC_DRAFTER_AUTH_TOKEN_FILE" not in pod_env("default", "drafter")
+    mount = next(m for m in container("auth", "drafter")["volumeMounts"] if m["name"] == "auth")
+    volumes = one("auth", "Deployment", "drafter")["spec"]["template"]["spec"]["volumes"]
+    secret = next(v for v in volumes if v["name"] == "auth")["secret"]
+    assert secret == {"secretName": "tokens", "items": [{"key": "drafter-token", "path": "token"}]}
+    assert parsed_settings("auth", "drafter", monkeypatch).auth_token_file == f"{mount['mountPath']}/token"
+    assert not any("AUTH" in name for name in pod_env("auth", "verifier"))  # only clients of the drafter
+
+
+@pytest.mark.parametrize("variant", ["default", "tls", "auth"])
 def test_helm_test_hook_runs_one_generate_against_the_drafter_service(variant: str, monkeypatch: pytest.MonkeyPatch) -> None:
     pods = [o for o in find(variant, "Pod") if o["metadata"].get("annotations", {}).get("helm.sh/hook") == "test"]
     assert len(pods) == 1
@@ -325,6 +336,11 @@ def test_helm_test_hook_runs_one_generate_against_the_drafter_service(variant: s
     assert args.address == f"{service['metadata']['name']}.{NAMESPACE}.svc:{service['spec']['ports'][0]['port']}"
     assert args.prompt and args.max_new_tokens == 8
     assert bool(args.tls_ca_file) == (variant == "tls") and bool(args.tls_cert_file) == (variant == "tls")
+    assert bool(args.token_file) == (variant == "auth")
+    if variant == "auth":  # the test pod mounts the token where it reads it
+        pod = pods[0]["spec"]
+        mount = next(m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "auth")
+        assert args.token_file == f"{mount['mountPath']}/token" and any(v["name"] == "auth" for v in pod["volumes"])
 
 
 def test_service_monitor_scrapes_both_services_metrics_ports() -> None:

@@ -1,8 +1,8 @@
-"""Health, reflection, tokenizer checks and graceful shutdown of the real service processes."""
+"""Health, reflection and tokenizer checks of the real service processes (graceful shutdown under
+load: test_faults.py)."""
 
 from __future__ import annotations
 
-import threading
 import time
 
 import grpc
@@ -11,7 +11,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
 
 from specdec.client import Client
-from specdec.launcher import LocalCluster, Service
+from specdec.launcher import Service
 from tests.tokenizer_variants import write_altered_tokenizer
 
 
@@ -42,23 +42,5 @@ def test_drafter_refuses_a_verifier_with_another_tokenizer(cluster, tmp_path) ->
         drafter.stop()
 
 
-@pytest.mark.slow
-def test_sigterm_lets_running_streams_finish_and_refuses_new_ones(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    with LocalCluster(tmp_path, verifier_args=["--grace-seconds", "30"], drafter_args=["--grace-seconds", "30"]) as c:
-        chunks: list = []
-        with Client(c.address) as client:
-            stream = client.stream("Once upon a time", max_new_tokens=48, temperature=0.0, num_draft_tokens=0)
-            chunks.append(next(stream))
-            reader = threading.Thread(target=lambda: chunks.extend(stream))
-            reader.start()
-            c.drafter.process.terminate()
-            c.verifier.process.terminate()
-            time.sleep(0.5)
-            with pytest.raises(grpc.RpcError) as refused:
-                Client(c.address).generate("hi", max_new_tokens=2)
-            assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
-            reader.join(timeout=60)
-        assert chunks[-1].finish_reason == "length"
-        assert sum(len(chunk.token_ids) for chunk in chunks) == 48
-        assert c.drafter.process.wait(timeout=30) == 0
-        assert c.verifier.process.wait(timeout=30) == 0
+# SIGTERM during load (running streams finish, new ones are refused, exit 0 within the grace
+# period): tests/integration/test_faults.py, on the cluster the fault tests share.

@@ -37,6 +37,9 @@ app.kubernetes.io/component: {{ .component }}
 {{/* Where pods mount the TLS secret. */}}
 {{- define "specdec.tlsDir" -}}/etc/specdec/tls{{- end -}}
 
+{{/* Where the drafter's bearer token (auth.secretName) is mounted. */}}
+{{- define "specdec.authDir" -}}/etc/specdec/auth{{- end -}}
+
 {{/* The name verifier certificates carry: the verifier Service's cluster DNS name. */}}
 {{- define "specdec.verifier.serverName" -}}
 {{- .Values.tls.verifierServerName | default (printf "%s.%s.svc" (include "specdec.verifier.name" .) .Release.Namespace) -}}
