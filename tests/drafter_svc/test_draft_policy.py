@@ -47,7 +47,10 @@ def simulate(policy: SessionPolicy, alphas: list[float], seed: int, draft: Draft
 @pytest.mark.parametrize("seed", range(6))
 def test_draft_length_follows_acceptance_switching_between_0_9_and_0_2(name: str, seed: int) -> None:
     """Measured (seeds 0-7): down to <= 1 token within 1-6 rounds, up to >= 4 within 0-8 rounds
-    (specdec++ climbs slowest: at one token per round it gets one label per round)."""
+    (specdec++ climbs slowest: at one token per round it gets one label per round). Settled
+    low-phase means over seeds 0-39 (auto): 1.31 on average, at most 2.41 (a lucky probe lifts the
+    session's rate for a round or two), the same before and after the predictor's features were
+    made 0 for point masses; settled high-phase means at least 7.4."""
     depths = simulate(SessionPolicy(name, "copy", PolicyState()), SWITCHING, seed)
     for phase in range(1, 4):
         start = phase * PHASE
@@ -60,7 +63,7 @@ def test_draft_length_follows_acceptance_switching_between_0_9_and_0_2(name: str
         if high:
             assert np.mean(settled) >= 4, (phase, settled)
         else:
-            assert np.mean(settled) <= 2, (phase, settled)
+            assert np.mean(settled) <= 2.5, (phase, settled)
 
 
 def closed_form(alpha: float, k: int, c: float) -> float:
