@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import grpc
 
 from drafter_svc.detokenizer import IncrementalDetokenizer
-from drafter_svc.draft_policy import PolicyState, SessionPolicy
+from drafter_svc.draft_policy import LoadPrice, PolicyState, SessionPolicy
 from drafter_svc.draft_tree import cut, primary_path
 from drafter_svc.drafter import ROOT, Draft, Feedback, make_drafter
 from drafter_svc.overlap import Prefetcher
@@ -121,7 +121,7 @@ async def generate(
             budget = min(request.num_draft_tokens, room - 1)
             started = time.perf_counter()
             full = draft = Draft.point_masses([])
-            if budget > 0:
+            if budget > 0 and policy.may_draft():
                 if ahead is not None:
                     full = cut(ahead, budget, request.max_tree_nodes)
                 else:
@@ -132,7 +132,7 @@ async def generate(
             started = time.perf_counter()
             await call.write(round_message(draft))
             next_budget = min(request.num_draft_tokens, room - len(primary_path(draft)) - 2)
-            if prefetcher is not None:
+            if prefetcher is not None and policy.may_draft():
                 # Runs while the verifier checks `draft`; the verdict waits in the stream meanwhile.
                 prefetcher.start(context, draft, next_budget, request.max_tree_nodes)
             verdict: verifier_pb2.VerifyResponse = await call.read()
@@ -147,6 +147,7 @@ async def generate(
             policy.observe(
                 draft, list(verdict.acceptance_probs), verdict.verify_seconds, verdict.queued_rounds,
                 first_round=stats.rounds == 0, had_draft=len(full) > 0,
+                price=LoadPrice(verdict.pass_rounds, verdict.pass_seconds, verdict.pass_rows, verdict.row_seconds),
             )
             if prefetcher is not None and next_budget > 0:
                 ahead = prefetcher.take(path, verdict.next_token_id)
