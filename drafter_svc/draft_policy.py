@@ -150,7 +150,8 @@ class SessionPolicy:
     """One generation's policy: `choose` cuts each round's full-depth draft, `observe` learns
     from the verdict on what was sent."""
 
-    def __init__(self, name: str, drafter: str, state: PolicyState) -> None:
+    def __init__(self, name: str, drafter: str, state: PolicyState, prompt_tokens: int = 0) -> None:
+        """prompt_tokens: the prompt's length, which the first round's pass scores too."""
         if name not in POLICY_NAMES:
             raise ValueError(f"unknown draft policy {name!r}; expected one of {', '.join(POLICY_NAMES)}")
         self.name = name
@@ -160,11 +161,18 @@ class SessionPolicy:
         self.load = 0  # rounds ahead of our last round in the verifier
         self.price: LoadPrice | None = state.last_price  # the pass of our last verdict
         self.declined = 0  # rounds in a row that sent nothing although there was a draft
+        self.prompt_tokens = prompt_tokens
+        self.rounds = 0  # verdicts observed
         self.probe_after = PROBE_AFTER
         self.probing = False  # the round in flight is a probe
 
     def cost(self) -> RelativeCost:
         """A round's cost in plain rounds (module docstring, "Load")."""
+        if self.rounds == 0 and self.prompt_tokens > 1 and not (self.price is not None and self.price.batched):
+            # The first pass scores the prompt as well (the prefill): drafted nodes add t_node
+            # each to a pass of t_plain + t_node (prompt - 1) seconds, and no fixed jump.
+            per_node = self.state.costs.line()[1]
+            return RelativeCost(per_node / (self.state.costs.plain + per_node * (self.prompt_tokens - 1)), 0.0)
         if self.price is not None and self.price.batched:
             return self.price.relative()
         if self.price is not None and self.price.rounds >= 1:  # a lone pass: nothing queued behind it
@@ -220,6 +228,7 @@ class SessionPolicy:
         cost (not the first round's, which includes the prefill, nor a round that queued or
         shared its pass), and the verifier's load. had_draft: the drafter had proposed something
         this round; price: the verdict's description of its pass (None: not reported)."""
+        self.rounds += 1
         self.load = max(0, queued_rounds)
         self.price = price if price is not None and price.rounds > 0 else None
         self.state.last_price = self.price

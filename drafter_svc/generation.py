@@ -107,7 +107,7 @@ async def generate(
         str(request.acceptance), request.draft_policy, request.overlap,
     )
     drafter = make_drafter(request.drafter)
-    policy = SessionPolicy(request.draft_policy, request.drafter, policies or PolicyState())
+    policy = SessionPolicy(request.draft_policy, request.drafter, policies or PolicyState(), len(request.prompt_token_ids))
     prefetcher = Prefetcher(make_drafter(request.drafter)) if request.overlap and request.num_draft_tokens > 0 else None
     ahead: Draft | None = None  # the pre-drafted round, when the last verdict matched its guess
     detokenizer = IncrementalDetokenizer(tokenizer.decode, request.prompt_token_ids)

@@ -260,3 +260,15 @@ def test_policies_that_do_not_price_always_may_draft(name: str) -> None:
     policy = SessionPolicy(name, "copy", PolicyState())
     policy.observe(Draft.point_masses([]), [], 0.1, 31, first_round=False, had_draft=False, price=LoadPrice(32, 0.2, 32, 0.0025))
     assert policy.may_draft()
+
+
+@pytest.mark.parametrize("name", ["auto", "leviathan"])
+def test_the_first_round_drafts_on_top_of_the_prefill(name: str) -> None:
+    """The first pass scores the prompt: with 700 prompt tokens a drafted node costs ~1/700 of
+    that pass, so even an acceptance of 0.05 pays for drafts that a later round declines."""
+    state = PolicyState()
+    state.drafter_acceptance("copy").alpha = 0.05
+    policy = SessionPolicy(name, "copy", state, prompt_tokens=700)
+    assert policy.depth(CHAIN, 8, 8) >= 1
+    policy.observe(policy.choose(CHAIN, 8, 8), [0.0] * 8, 1.5, 0, first_round=True, had_draft=True)
+    assert policy.depth(CHAIN, 8, 8) == 0
