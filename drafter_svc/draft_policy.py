@@ -159,7 +159,7 @@ class SessionPolicy:
         self.state = state
         self.session = SessionAcceptance(prior=state.drafter_acceptance(drafter).alpha)
         self.load = 0  # rounds ahead of our last round in the verifier
-        self.price: LoadPrice | None = state.last_price  # the pass of our last verdict
+        self.price: LoadPrice | None = None  # the pass of our last verdict
         self.declined = 0  # rounds in a row that sent nothing although there was a draft
         self.prompt_tokens = prompt_tokens
         self.rounds = 0  # verdicts observed
@@ -168,23 +168,34 @@ class SessionPolicy:
 
     def cost(self) -> RelativeCost:
         """A round's cost in plain rounds (module docstring, "Load")."""
-        if self.rounds == 0 and self.prompt_tokens > 1 and not (self.price is not None and self.price.batched):
+        price = self.load_price()
+        if self.rounds == 0 and self.prompt_tokens > 1 and not (price is not None and price.batched):
             # The first pass scores the prompt as well (the prefill): drafted nodes add t_node
             # each to a pass of t_plain + t_node (prompt - 1) seconds, and no fixed jump.
             per_node = self.state.costs.line()[1]
             return RelativeCost(per_node / (self.state.costs.plain + per_node * (self.prompt_tokens - 1)), 0.0)
-        if self.price is not None and self.price.batched:
-            return self.price.relative()
-        if self.price is not None and self.price.rounds >= 1:  # a lone pass: nothing queued behind it
+        if price is not None and price.batched:
+            return price.relative()
+        if price is not None and price.rounds >= 1:  # a lone pass: nothing queued behind it
             return self.state.costs.relative()
         return self.state.costs.relative().scaled(1.0 + self.state.load_weight * self.load)
 
     def may_draft(self) -> bool:
         """False when this policy will send an empty round whatever the drafter proposes: it
         prices nodes, and one costs at least a plain round (c >= 1), so no draft can pay."""
-        if self.name not in ("leviathan", "auto") or self.price is None or not self.price.batched:
+        price = self.load_price()
+        if self.name not in ("leviathan", "auto") or price is None or not price.batched:
             return True
-        return self.price.node_cost() < 1.0
+        return price.node_cost() < 1.0
+
+    def load_price(self) -> LoadPrice | None:
+        """The pass our next round will likely share: our last verdict's if it was batched, else
+        the latest batched one any session of this process saw (a session whose prompt was just
+        scored alone, or that has had no verdict yet, still lands in the busy verifier's batches)."""
+        if self.price is not None and self.price.batched:
+            return self.price
+        latest = self.state.last_price
+        return latest if latest is not None and latest.batched else self.price
 
     def depth(self, draft: Draft, max_depth: int, max_nodes: int) -> int:
         """The depth this policy sends of `draft` (drafted at most max_depth deep)."""
@@ -203,7 +214,8 @@ class SessionPolicy:
             gains = [expected_tokens(self.session.alpha, d) for d in depths]
         else:  # auto
             gains = list(np.cumsum(chain_acceptance(self.predict(draft, path))))[: len(costs)]
-        if self.declined >= self.probe_after and not (self.price is not None and self.price.batched):
+        price = self.load_price()
+        if self.declined >= self.probe_after and not (price is not None and price.batched):
             # Probe: the best depth of at least 1. Not in a batched pass, where a probe pads every
             # round of it; a session that declines under load probes once the load is gone.
             self.probing = True

@@ -272,3 +272,17 @@ def test_the_first_round_drafts_on_top_of_the_prefill(name: str) -> None:
     assert policy.depth(CHAIN, 8, 8) >= 1
     policy.observe(policy.choose(CHAIN, 8, 8), [0.0] * 8, 1.5, 0, first_round=True, had_draft=True)
     assert policy.depth(CHAIN, 8, 8) == 0
+
+
+def test_a_session_scored_alone_under_load_still_prices_for_the_batches() -> None:
+    """A prompt's prefill often runs alone (it does not fit a batch's token budget): that
+    session's own verdict says B = 1, the process's latest says the verifier is batching 16."""
+    state = PolicyState()
+    other = SessionPolicy("auto", "copy", state)
+    busy = LoadPrice(rounds=16, seconds=0.085, rows=16, row_seconds=0.0025)
+    other.observe(Draft.point_masses([]), [], 0.085, 15, first_round=False, had_draft=False, price=busy)
+    fresh = SessionPolicy("auto", "copy", state, prompt_tokens=700)
+    assert fresh.load_price() == busy and not fresh.may_draft()
+    fresh.observe(Draft.point_masses([]), [], 1.5, 0, first_round=True, had_draft=False, price=LoadPrice(1, 1.5, 700, 0.0025))
+    other.observe(Draft.point_masses([]), [], 0.085, 15, first_round=False, had_draft=False, price=busy)
+    assert fresh.load_price() == busy and not fresh.may_draft()
