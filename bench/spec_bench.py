@@ -160,7 +160,9 @@ def main(argv: Sequence[str]) -> int:
     log_dir = Path(tempfile.mkdtemp(prefix="specdec-bench-"))
     print(f"{len(prompts)} prompts x {len(configs) + 2 * args.peers} systems, {args.max_new_tokens} new tokens, "
           f"temperature {args.temperature}; service logs in {log_dir}", file=sys.stderr, flush=True)
-    with LocalCluster(log_dir) as cluster, Client(cluster.address) as client:
+    # The verifier's prefix cache off: every system runs every prompt, so with it on, the system
+    # that runs a prompt first (systems alternate order) pays its prefill and the rest get it free.
+    with LocalCluster(log_dir, verifier_args=["--prefix-cache-tokens", "0"]) as cluster, Client(cluster.address) as client:
         systems: list[System] = [SpecdecSystem(client, c) for c in configs]
         if args.peers:
             from bench.peers import hf_peers  # imports torch and transformers: only when asked
