@@ -20,18 +20,21 @@ scaled in proportion (max_tree_nodes * d / num_draft_tokens). Policies, by name:
   a_i, the expected-rate objective of Leviathan's section 3 without its i.i.d. assumption.
 
 Load: a batching verifier scores the rounds of many sessions in one padded pass, and each verdict
-says how many rounds that pass held (B), its seconds t, its padded new-token rows and the
-verifier's fitted marginal seconds m of one more row (verifier_svc/pass_time.py). Under load a
-pass is compute-bound and padded to its longest round, so one more drafted node in our round
-costs B m seconds of a pass that yields B plain tokens in t_plain = t - m (rows - B) seconds
-(the same pass with one row per round): in units of a plain round's share t_plain / B, a node
-costs c = B^2 m / t_plain, with no fixed overhead (LoadPrice). `leviathan` and `auto` price nodes
-at c whenever the last pass was batched (B >= 2), so drafts shorten as B grows, and once c >= 1
-no draft can pay (a node emits at most one token, for more than a plain round's cost): the
-session sends empty rounds, plain decoding through the same path, and does not even draft
-(`may_draft`); nor does it probe. A single pass (B = 1) is priced by pass_cost.py. `specdec++`
-has no costs; it divides its threshold by 1 + load_weight x the rounds queued ahead, as do the
-pricing policies against a verifier that does not report its passes (pass_rounds = 0).
+says how many rounds that pass held (B), its seconds t, its padded new-token rows, the verifier's
+fitted marginal seconds m of one more row (verifier_svc/pass_time.py) and the sessions open (S).
+Under load a pass is compute-bound and padded to its longest round, so one more drafted node in
+our round adds a row to every round of the next pass, about S of them (S = max(B, open
+sessions)): S m seconds, where the measured pass yields B plain tokens in t_plain = t - m (rows -
+B) seconds (the same pass with one row per round). In units of a plain round's share t_plain / B
+a node costs c = S m B / t_plain, with no fixed overhead (LoadPrice). `leviathan` and `auto` price
+nodes at c whenever the verifier is shared (S >= 2), so drafts shorten as the load grows, and
+once c >= 1 no draft can pay (a node emits at most one token, for more than a plain round's
+cost): the session sends empty rounds, plain decoding through the same path, and does not even
+draft (`may_draft`); nor does it probe. A pass that held one round (a prompt's prefill runs
+alone) gives S but not the per-round cost, which then comes from the latest pass of several
+rounds that any session of the process saw. A lone session (S = 1) is priced by pass_cost.py.
+`specdec++` has no costs; it divides its threshold by 1 + load_weight x the rounds queued
+ahead, as do the pricing policies against a verifier that does not report its passes.
 
 Pure: no I/O, no gRPC. `PolicyState` is per drafter process (learned acceptance, pass costs),
 `SessionPolicy` per generation; asyncio runs them between awaits, so no locks are needed.
@@ -106,15 +109,17 @@ class LoadPrice:
     seconds: float  # t
     rows: int  # B x T, padded
     row_seconds: float  # m, the verifier's marginal seconds of one more row
+    open_sessions: int = 0  # sessions open on the verifier: the rounds the next pass may hold
 
     @property
     def batched(self) -> bool:
-        return self.rounds >= 2 and self.seconds > 0
+        return max(self.rounds, self.open_sessions) >= 2 and self.seconds > 0 and self.rounds > 0
 
     def node_cost(self) -> float:
-        """c = B^2 m / t_plain: one drafted node in units of a plain round's share of the pass."""
+        """c = S m / (t_plain / B): a drafted node pads every round of the next pass (S of them,
+        S = max(B, open sessions)), in units of a plain round's share of the measured pass."""
         plain = max(self.seconds - self.row_seconds * max(0, self.rows - self.rounds), 1e-9)
-        return self.rounds**2 * self.row_seconds / plain
+        return max(self.rounds, self.open_sessions) * self.row_seconds / (plain / self.rounds)
 
     def relative(self) -> RelativeCost:
         return RelativeCost(per_node=self.node_cost(), overhead=0.0)
@@ -138,6 +143,7 @@ class PolicyState:
         # The pass of the latest verdict any session got: a new session's first guess at the load
         # (with several verifiers, of whichever answered last), until its own first verdict.
         self.last_price: LoadPrice | None = None
+        self.last_multi: LoadPrice | None = None  # the latest of those that held several rounds
 
     def predictor(self, drafter: str) -> AcceptancePredictor:
         return self.predictors.setdefault(drafter, AcceptancePredictor())
@@ -189,13 +195,16 @@ class SessionPolicy:
         return price.node_cost() < 1.0
 
     def load_price(self) -> LoadPrice | None:
-        """The pass our next round will likely share: our last verdict's if it was batched, else
-        the latest batched one any session of this process saw (a session whose prompt was just
-        scored alone, or that has had no verdict yet, still lands in the busy verifier's batches)."""
-        if self.price is not None and self.price.batched:
-            return self.price
-        latest = self.state.last_price
-        return latest if latest is not None and latest.batched else self.price
+        """The pass our next round will likely share. Its size: the open sessions our last verdict
+        (or, before our first, the process's last) reported, at least that pass's rounds. Its
+        per-round cost: from our last pass if it held several rounds, else from the latest that
+        did of any session (a prompt's prefill runs alone, but the next round lands in the busy
+        verifier's batches)."""
+        latest = self.price if self.price is not None else self.state.last_price
+        if latest is None or max(latest.rounds, latest.open_sessions) < 2:
+            return latest
+        base = latest if latest.rounds >= 2 else (self.state.last_multi or latest)
+        return LoadPrice(base.rounds, base.seconds, base.rows, base.row_seconds, max(latest.open_sessions, latest.rounds))
 
     def depth(self, draft: Draft, max_depth: int, max_nodes: int) -> int:
         """The depth this policy sends of `draft` (drafted at most max_depth deep)."""
@@ -244,6 +253,8 @@ class SessionPolicy:
         self.load = max(0, queued_rounds)
         self.price = price if price is not None and price.rounds > 0 else None
         self.state.last_price = self.price
+        if self.price is not None and self.price.rounds >= 2:
+            self.state.last_multi = self.price
         if not first_round and queued_rounds == 0 and (self.price is None or self.price.rounds == 1):
             self.state.costs.observe(len(sent), verify_seconds)
         path = primary_path(sent)

@@ -147,7 +147,7 @@ async def generate(
             policy.observe(
                 draft, list(verdict.acceptance_probs), verdict.verify_seconds, verdict.queued_rounds,
                 first_round=stats.rounds == 0, had_draft=len(full) > 0,
-                price=LoadPrice(verdict.pass_rounds, verdict.pass_seconds, verdict.pass_rows, verdict.row_seconds),
+                price=LoadPrice(verdict.pass_rounds, verdict.pass_seconds, verdict.pass_rows, verdict.row_seconds, verdict.open_sessions),
             )
             if prefetcher is not None and next_budget > 0:
                 ahead = prefetcher.take(path, verdict.next_token_id)

@@ -276,13 +276,20 @@ def test_the_first_round_drafts_on_top_of_the_prefill(name: str) -> None:
 
 def test_a_session_scored_alone_under_load_still_prices_for_the_batches() -> None:
     """A prompt's prefill often runs alone (it does not fit a batch's token budget): that
-    session's own verdict says B = 1, the process's latest says the verifier is batching 16."""
+    session's own verdict says B = 1 with 16 sessions open; the per-round cost comes from the
+    process's latest pass of several rounds, the size from the open sessions."""
     state = PolicyState()
     other = SessionPolicy("auto", "copy", state)
-    busy = LoadPrice(rounds=16, seconds=0.085, rows=16, row_seconds=0.0025)
-    other.observe(Draft.point_masses([]), [], 0.085, 15, first_round=False, had_draft=False, price=busy)
+    busy = LoadPrice(rounds=8, seconds=0.085, rows=8, row_seconds=0.0025, open_sessions=16)
+    other.observe(Draft.point_masses([]), [], 0.085, 7, first_round=False, had_draft=False, price=busy)
     fresh = SessionPolicy("auto", "copy", state, prompt_tokens=700)
     assert fresh.load_price() == busy and not fresh.may_draft()
-    fresh.observe(Draft.point_masses([]), [], 1.5, 0, first_round=True, had_draft=False, price=LoadPrice(1, 1.5, 700, 0.0025))
-    other.observe(Draft.point_masses([]), [], 0.085, 15, first_round=False, had_draft=False, price=busy)
+    alone = LoadPrice(1, 1.5, 700, 0.0025, open_sessions=16)
+    fresh.observe(Draft.point_masses([]), [], 1.5, 0, first_round=True, had_draft=False, price=alone)
     assert fresh.load_price() == busy and not fresh.may_draft()
+    assert busy.node_cost() == pytest.approx(16 * 0.0025 / (0.085 / 8))  # S m / (t_plain / B)
+    # Once the verifier is the session's alone, it prices by its own pass costs again.
+    fresh.observe(Draft.point_masses([]), [], 0.06, 0, first_round=False, had_draft=False, price=LoadPrice(1, 0.06, 1, 0.0025, 1))
+    assert fresh.may_draft() and not fresh.load_price().batched
+
+
