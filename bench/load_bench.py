@@ -40,6 +40,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--per-row", type=int, default=6, help="prompts per Spec-Bench task")
     p.add_argument("--verifier-arg", action="append", default=[], help="extra flag for the verifier (repeatable)")
+    p.add_argument("--drafter-arg", action="append", default=[], help="extra flag for the drafter (repeatable)")
     p.add_argument("--out", type=Path, default=RESULTS)
     return p.parse_args(argv)
 
@@ -60,16 +61,21 @@ async def one_client(client: AsyncClient, prompts: Sequence[Prompt], start: int,
         sent = time.perf_counter()
         times: list[float] = []
         tokens = 0
+        stats = None
         kwargs = {} if speculate else {"num_draft_tokens": 0}
         async for chunk in client.stream(messages=prompt.messages, max_new_tokens=max_new_tokens, temperature=0.0, **kwargs):
             if chunk.token_ids:
                 times.append(time.perf_counter())
                 tokens += len(chunk.token_ids)
+            stats = chunk.stats or stats
         if tokens:
             samples.append({
                 "tokens": tokens,
                 "ttft": times[0] - sent,
                 "per_token": (times[-1] - times[0]) / (tokens - 1) if tokens > 1 else None,
+                "rounds": stats.rounds if stats else 0,
+                "drafted": stats.drafted_tokens if stats else 0,
+                "accepted": stats.accepted_tokens if stats else 0,
             })
 
 
@@ -93,6 +99,9 @@ async def measure(address: str, prompts: Sequence[Prompt], clients: int, seconds
         "ttft_p99": percentile(ttft, 0.99),
         "per_token_p50": percentile(per_token, 0.5),
         "per_token_p99": percentile(per_token, 0.99),
+        # What speculation did: drafted tokens and target passes per generated token.
+        "drafted_per_token": sum(s["drafted"] for s in samples) / max(1, sum(s["tokens"] for s in samples)),
+        "passes_per_token": sum(s["rounds"] for s in samples) / max(1, sum(s["tokens"] for s in samples)),
     }
 
 
@@ -102,8 +111,8 @@ def table(rows: Sequence[dict]) -> str:
 
     by = {(r["clients"], r["speculation"]): r for r in rows}
     lines = [
-        "| N | tok/s spec | tok/s plain | spec/plain | TTFT p50/p99 ms spec | TTFT p50/p99 ms plain | per-token p50/p99 ms spec | per-token p50/p99 ms plain |",
-        "|---|---|---|---|---|---|---|---|",
+        "| N | tok/s spec | tok/s plain | spec/plain | TTFT p50/p99 ms spec | TTFT p50/p99 ms plain | per-token p50/p99 ms spec | per-token p50/p99 ms plain | spec: drafted / passes per token |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for n in sorted({r["clients"] for r in rows}):
         on, off = by.get((n, True)), by.get((n, False))
@@ -112,7 +121,8 @@ def table(rows: Sequence[dict]) -> str:
         lines.append(
             f"| {n} | {on['tokens_per_second']:.1f} | {off['tokens_per_second']:.1f} | {on['tokens_per_second'] / off['tokens_per_second']:.2f} "
             f"| {ms(on['ttft_p50'])}/{ms(on['ttft_p99'])} | {ms(off['ttft_p50'])}/{ms(off['ttft_p99'])} "
-            f"| {ms(on['per_token_p50'])}/{ms(on['per_token_p99'])} | {ms(off['per_token_p50'])}/{ms(off['per_token_p99'])} |"
+            f"| {ms(on['per_token_p50'])}/{ms(on['per_token_p99'])} | {ms(off['per_token_p50'])}/{ms(off['per_token_p99'])} "
+            f"| {on.get('drafted_per_token', 0):.2f} / {on.get('passes_per_token', 0):.2f} |"
         )
     return "\n".join(lines)
 
@@ -133,6 +143,7 @@ def plot(rows: Sequence[dict], path: Path) -> bool:
     ax.set_xlabel("concurrent clients N")
     ax.set_ylabel("aggregate tokens/s")
     ax.set_title("specdec load benchmark (greedy, one CPU verifier)")
+    ax.set_ylim(bottom=0)
     ax.grid(True, alpha=0.3)
     ax.legend()
     fig.tight_layout()
@@ -144,18 +155,20 @@ def main(argv: Sequence[str]) -> int:
     args = parse_args(argv)
     prompts = select(load_questions(bench_dir() / QUESTIONS_FILE), list(TASKS), args.per_row)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    described = machine.describe()  # before the run: the commit measured, not whatever is checked out at its end
     rows: list[dict] = []
-    with tempfile.TemporaryDirectory() as logs, LocalCluster(Path(logs), verifier_args=args.verifier_arg) as cluster:
+    with tempfile.TemporaryDirectory() as logs, LocalCluster(Path(logs), verifier_args=args.verifier_arg, drafter_args=args.drafter_arg) as cluster:
         for n in args.clients:
             for speculate in (True, False):
                 row = asyncio.run(measure(cluster.address, prompts, n, args.seconds, args.max_new_tokens, speculate))
                 rows.append(row)
                 print(f"N={n:>2} spec={'on ' if speculate else 'off'} {row['tokens_per_second']:7.1f} tok/s "
-                      f"({row['requests']} requests, {row['seconds']:.1f} s)", flush=True)
+                      f"({row['requests']} requests, {row['seconds']:.1f} s, {row['drafted_per_token']:.2f} drafted "
+                      f"and {row['passes_per_token']:.2f} passes per token)", flush=True)
     print(table(rows))
     args.out.mkdir(parents=True, exist_ok=True)
     base = args.out / f"load_bench-{stamp}"
-    base.with_suffix(".json").write_text(json.dumps({"argv": list(argv), "machine": machine.describe(), "rows": rows}, indent=2))
+    base.with_suffix(".json").write_text(json.dumps({"argv": list(argv), "machine": described, "rows": rows}, indent=2))
     base.with_suffix(".md").write_text(table(rows) + "\n")
     if plot(rows, base.with_suffix(".png")):
         print(f"wrote {base}.json, .md, .png")

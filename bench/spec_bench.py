@@ -201,7 +201,10 @@ def main(argv: Sequence[str]) -> int:
     machine = describe()
     log_dir = Path(tempfile.mkdtemp(prefix="specdec-bench-"))
     skipped: list[str] = []
-    with LocalCluster(log_dir) as cluster, Client(cluster.address) as client:
+    # The verifier's prefix cache off: every system runs every prompt, so with it on, the system
+    # that runs a prompt first (systems alternate order) pays its prefill and the rest get it free
+    # (and the peers, which have no such cache, always pay it).
+    with LocalCluster(log_dir, verifier_args=["--prefix-cache-tokens", "0"]) as cluster, Client(cluster.address) as client:
         systems: list[System] = [SpecdecSystem(client, c) for c in configs]
         if args.peers:
             systems += _peers(args.assistant, skipped)

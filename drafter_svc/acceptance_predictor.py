@@ -19,6 +19,11 @@ sessions of the drafter process, how acceptance falls with the position in the d
 with the drafter's evidence (the length of the matched context, an n-gram's frequency, q of the
 token and its entropy for a stochastic drafter).
 
+Every feature but the bias is 0 for the common case, the first token of a point-mass draft
+(position 0, q = 1, entropy 0, no confidence given): an input that is constant 1 for every
+point-mass draft would be a second bias, and SGD would move the total bias at a multiple of the
+learning rate (three such inputs once tripled it, and the bias then swamped the session rate).
+
 Shared state: one predictor per drafter kind per process; numpy updates between awaits, so
 concurrent asyncio sessions never see a half-written weight vector.
 """
@@ -35,10 +40,10 @@ from drafter_svc.drafter import Draft
 
 FEATURES: tuple[str, ...] = (
     "bias",
-    "position",  # depth in the draft / 8
-    "match_length",  # context tokens the prediction rests on, min(n, 16) / 16
-    "confidence",  # the drafter's own estimate (n-gram frequency); 1 when unknown
-    "q_prob",  # q of the drafted token (1 for a point mass)
+    "position",  # (depth in the draft - 1) / 8: 0 for the first token
+    "match_length",  # context tokens the prediction rests on, min(n, 16) / 16 (0 when unknown)
+    "doubt",  # 1 - the drafter's own estimate (n-gram frequency); 0 when unknown
+    "q_missing",  # 1 - q of the drafted token (0 for a point mass)
     "q_entropy",  # entropy of q in nats / log(16) (0 for a point mass)
 )
 ALPHA_CLIP = 0.02  # logit(alpha_session) is taken of alpha clipped to [0.02, 0.98]
@@ -54,7 +59,7 @@ def node_features(draft: Draft, nodes: Sequence[int]) -> np.ndarray:
         entropy = -sum(p * math.log(p) for p in probs)
         match = draft.match_lengths[i] if draft.match_lengths else 0
         confidence = draft.confidences[i] if draft.confidences else 1.0
-        rows.append((1.0, depths[i] / 8.0, min(match, 16) / 16.0, confidence, q, entropy / math.log(16)))
+        rows.append((1.0, (depths[i] - 1) / 8.0, min(match, 16) / 16.0, 1.0 - confidence, 1.0 - q, entropy / math.log(16)))
     return np.asarray(rows, dtype=np.float64).reshape(len(rows), len(FEATURES))
 
 

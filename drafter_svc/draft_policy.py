@@ -19,12 +19,22 @@ scaled in proportion (max_tree_nodes * d / num_draft_tokens). Policies, by name:
   leviathan: the d maximizing E[tokens emitted] / cost, with E[tokens] = sum_{j=0..d} prod_{i<=j}
   a_i, the expected-rate objective of Leviathan's section 3 without its i.i.d. assumption.
 
-Load: the verifier reports how many rounds of other sessions were ahead of each round; every
-policy that prices nodes multiplies their cost by 1 + load_weight * queued_rounds, and specdec++
-divides its threshold by the same factor. A node of our
-pass delays every queued round too, and a verifier that batches (where a pass's fixed cost is
-shared) pays for drafted tokens in compute that the other sequences need; shorter drafts under
-load are what keeps speculation from getting slower than plain decoding (vLLM's complaint).
+Load: a batching verifier scores the rounds of many sessions in one padded pass, and each verdict
+says how many rounds that pass held (B), its seconds t, its padded new-token rows, the verifier's
+fitted marginal seconds m of one more row (verifier_svc/pass_time.py) and the sessions open (S).
+Under load a pass is compute-bound and padded to its longest round, so one more drafted node in
+our round adds a row to every round of the next pass, about S of them (S = max(B, open
+sessions)): S m seconds, where the measured pass yields B plain tokens in t_plain = t - m (rows -
+B) seconds (the same pass with one row per round). In units of a plain round's share t_plain / B
+a node costs c = S m B / t_plain, with no fixed overhead (LoadPrice). `leviathan` and `auto` price
+nodes at c whenever the verifier is shared (S >= 2), so drafts shorten as the load grows, and
+once c >= 1 no draft can pay (a node emits at most one token, for more than a plain round's
+cost): the session sends empty rounds, plain decoding through the same path, and does not even
+draft (`may_draft`); nor does it probe. A pass that held one round (a prompt's prefill runs
+alone) gives S but not the per-round cost, which then comes from the latest pass of several
+rounds that any session of the process saw. A lone session (S = 1) is priced by pass_cost.py.
+`specdec++` has no costs; it divides its threshold by 1 + load_weight x the rounds queued
+ahead, as do the pricing policies against a verifier that does not report its passes.
 
 Pure: no I/O, no gRPC. `PolicyState` is per drafter process (learned acceptance, pass costs),
 `SessionPolicy` per generation; asyncio runs them between awaits, so no locks are needed.
@@ -33,6 +43,7 @@ Pure: no I/O, no gRPC. `PolicyState` is per drafter process (learned acceptance,
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -48,6 +59,11 @@ DEFAULT_LOAD_WEIGHT = 1.0
 # the drafter had a draft, it sends its best non-empty depth once: without labels its estimates
 # of this session could never recover (a benchmark session declined every draft for 30 rounds).
 PROBE_AFTER = 3
+# A probe whose first token is rejected doubles the wait before the next one, up to this many
+# declined rounds; an accepted first token resets it. A probe costs a drafted pass (c0 + c on
+# this CPU, a fifth of a plain round): probing every fourth round of a session whose drafts are
+# never accepted cost 4% of its speed in the synthetic tests, with backoff ~1.5%.
+PROBE_AFTER_MAX = 12
 
 
 def expected_tokens(alpha: float, k: int) -> float:
@@ -85,6 +101,30 @@ def scaled_nodes(depth: int, max_depth: int, max_nodes: int) -> int:
     return min(max_nodes, max(depth, round(max_nodes * depth / max_depth)))
 
 
+@dataclass(frozen=True)
+class LoadPrice:
+    """The pass that scored a session's last round, as its verdict described it."""
+
+    rounds: int  # B; 0: the verifier did not say
+    seconds: float  # t
+    rows: int  # B x T, padded
+    row_seconds: float  # m, the verifier's marginal seconds of one more row
+    open_sessions: int = 0  # sessions open on the verifier: the rounds the next pass may hold
+
+    @property
+    def batched(self) -> bool:
+        return max(self.rounds, self.open_sessions) >= 2 and self.seconds > 0 and self.rounds > 0
+
+    def node_cost(self) -> float:
+        """c = S m / (t_plain / B): a drafted node pads every round of the next pass (S of them,
+        S = max(B, open sessions)), in units of a plain round's share of the measured pass."""
+        plain = max(self.seconds - self.row_seconds * max(0, self.rows - self.rounds), 1e-9)
+        return max(self.rounds, self.open_sessions) * self.row_seconds / (plain / self.rounds)
+
+    def relative(self) -> RelativeCost:
+        return RelativeCost(per_node=self.node_cost(), overhead=0.0)
+
+
 class PolicyState:
     """What one drafter process learns across sessions: an acceptance predictor per drafter
     kind, the verifier's pass costs, and each drafter's mean acceptance (where a session that
@@ -100,6 +140,10 @@ class PolicyState:
         self.costs = PassCostModel()
         self.predictors: dict[str, AcceptancePredictor] = {}
         self.mean_acceptance: dict[str, SessionAcceptance] = {}
+        # The pass of the latest verdict any session got: a new session's first guess at the load
+        # (with several verifiers, of whichever answered last), until its own first verdict.
+        self.last_price: LoadPrice | None = None
+        self.last_multi: LoadPrice | None = None  # the latest of those that held several rounds
 
     def predictor(self, drafter: str) -> AcceptancePredictor:
         return self.predictors.setdefault(drafter, AcceptancePredictor())
@@ -112,7 +156,8 @@ class SessionPolicy:
     """One generation's policy: `choose` cuts each round's full-depth draft, `observe` learns
     from the verdict on what was sent."""
 
-    def __init__(self, name: str, drafter: str, state: PolicyState) -> None:
+    def __init__(self, name: str, drafter: str, state: PolicyState, prompt_tokens: int = 0) -> None:
+        """prompt_tokens: the prompt's length, which the first round's pass scores too."""
         if name not in POLICY_NAMES:
             raise ValueError(f"unknown draft policy {name!r}; expected one of {', '.join(POLICY_NAMES)}")
         self.name = name
@@ -120,10 +165,46 @@ class SessionPolicy:
         self.state = state
         self.session = SessionAcceptance(prior=state.drafter_acceptance(drafter).alpha)
         self.load = 0  # rounds ahead of our last round in the verifier
+        self.price: LoadPrice | None = None  # the pass of our last verdict
         self.declined = 0  # rounds in a row that sent nothing although there was a draft
+        self.prompt_tokens = prompt_tokens
+        self.rounds = 0  # verdicts observed
+        self.probe_after = PROBE_AFTER
+        self.probing = False  # the round in flight is a probe
 
     def cost(self) -> RelativeCost:
+        """A round's cost in plain rounds (module docstring, "Load")."""
+        price = self.load_price()
+        if self.rounds == 0 and self.prompt_tokens > 1 and not (price is not None and price.batched):
+            # The first pass scores the prompt as well (the prefill): drafted nodes add t_node
+            # each to a pass of t_plain + t_node (prompt - 1) seconds, and no fixed jump.
+            per_node = self.state.costs.line()[1]
+            return RelativeCost(per_node / (self.state.costs.plain + per_node * (self.prompt_tokens - 1)), 0.0)
+        if price is not None and price.batched:
+            return price.relative()
+        if price is not None and price.rounds >= 1:  # a lone pass: nothing queued behind it
+            return self.state.costs.relative()
         return self.state.costs.relative().scaled(1.0 + self.state.load_weight * self.load)
+
+    def may_draft(self) -> bool:
+        """False when this policy will send an empty round whatever the drafter proposes: it
+        prices nodes, and one costs at least a plain round (c >= 1), so no draft can pay."""
+        price = self.load_price()
+        if self.name not in ("leviathan", "auto") or price is None or not price.batched:
+            return True
+        return price.node_cost() < 1.0
+
+    def load_price(self) -> LoadPrice | None:
+        """The pass our next round will likely share. Its size: the open sessions our last verdict
+        (or, before our first, the process's last) reported, at least that pass's rounds. Its
+        per-round cost: from our last pass if it held several rounds, else from the latest that
+        did of any session (a prompt's prefill runs alone, but the next round lands in the busy
+        verifier's batches)."""
+        latest = self.price if self.price is not None else self.state.last_price
+        if latest is None or max(latest.rounds, latest.open_sessions) < 2:
+            return latest
+        base = latest if latest.rounds >= 2 else (self.state.last_multi or latest)
+        return LoadPrice(base.rounds, base.seconds, base.rows, base.row_seconds, max(latest.open_sessions, latest.rounds))
 
     def depth(self, draft: Draft, max_depth: int, max_nodes: int) -> int:
         """The depth this policy sends of `draft` (drafted at most max_depth deep)."""
@@ -142,8 +223,12 @@ class SessionPolicy:
             gains = [expected_tokens(self.session.alpha, d) for d in depths]
         else:  # auto
             gains = list(np.cumsum(chain_acceptance(self.predict(draft, path))))[: len(costs)]
-        if self.declined >= PROBE_AFTER:
-            return 1 + best_depth(gains[1:], costs[1:])  # probe: the best depth of at least 1
+        price = self.load_price()
+        if self.declined >= self.probe_after and not (price is not None and price.batched):
+            # Probe: the best depth of at least 1. Not in a batched pass, where a probe pads every
+            # round of it; a session that declines under load probes once the load is gone.
+            self.probing = True
+            return 1 + best_depth(gains[1:], costs[1:])
         return best_depth(gains, costs)
 
     def predict(self, draft: Draft, nodes: Sequence[int]) -> np.ndarray:
@@ -158,13 +243,19 @@ class SessionPolicy:
 
     def observe(
         self, sent: Draft, acceptance_probs: Sequence[float], verify_seconds: float, queued_rounds: int, *,
-        first_round: bool, had_draft: bool,
+        first_round: bool, had_draft: bool, price: LoadPrice | None = None,
     ) -> None:
         """Learn from the verdict on `sent`: acceptance labels of its primary path, the pass's
-        cost (not the first round's, which includes the prefill, nor a round that queued), and
-        the verifier's load. had_draft: the drafter had proposed something this round."""
+        cost (not the first round's, which includes the prefill, nor a round that queued or
+        shared its pass), and the verifier's load. had_draft: the drafter had proposed something
+        this round; price: the verdict's description of its pass (None: not reported)."""
+        self.rounds += 1
         self.load = max(0, queued_rounds)
-        if not first_round and queued_rounds == 0:
+        self.price = price if price is not None and price.rounds > 0 else None
+        self.state.last_price = self.price
+        if self.price is not None and self.price.rounds >= 2:
+            self.state.last_multi = self.price
+        if not first_round and queued_rounds == 0 and (self.price is None or self.price.rounds == 1):
             self.state.costs.observe(len(sent), verify_seconds)
         path = primary_path(sent)
         if path:
@@ -173,6 +264,11 @@ class SessionPolicy:
             self.session.update(labels)
             self.state.drafter_acceptance(self.drafter).update(labels)
         self.declined = self.declined + 1 if had_draft and not path else 0
+        if path and (not self.probing or acceptance_probs[path[0]] >= 0.5):
+            self.probe_after = PROBE_AFTER
+        elif path:
+            self.probe_after = min(2 * self.probe_after, PROBE_AFTER_MAX)
+        self.probing = False
         if had_draft and not path:
             # The policy chose not to draft: no labels. Relax towards the drafter's mean so that a
             # session whose acceptance once dropped tries again.

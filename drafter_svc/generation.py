@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import grpc
 
 from drafter_svc.detokenizer import IncrementalDetokenizer
-from drafter_svc.draft_policy import PolicyState, SessionPolicy
+from drafter_svc.draft_policy import LoadPrice, PolicyState, SessionPolicy
 from drafter_svc.draft_tree import cut, primary_path
 from drafter_svc.drafter import ROOT, Draft, DrafterModels, Feedback, make_drafter
 from drafter_svc.overlap import Prefetcher
@@ -128,7 +128,7 @@ async def generate(
         str(request.acceptance), request.draft_policy, request.overlap,
     )
     drafter = make_drafter(request.drafter, request.sampling, request.seed, 0, models)
-    policy = SessionPolicy(request.draft_policy, request.drafter, policies or PolicyState())
+    policy = SessionPolicy(request.draft_policy, request.drafter, policies or PolicyState(), len(request.prompt_token_ids))
     prefetcher = Prefetcher(make_drafter(request.drafter, request.sampling, request.seed, 1, models)) if request.overlap and request.num_draft_tokens > 0 else None
     ahead: Draft | None = None  # the pre-drafted round, when the last verdict matched its guess
     detokenizer = IncrementalDetokenizer(tokenizer.decode, request.prompt_token_ids)
@@ -142,7 +142,7 @@ async def generate(
             budget = min(request.num_draft_tokens, room - 1)
             started = time.perf_counter()
             full = draft = Draft.point_masses([])
-            if budget > 0:
+            if budget > 0 and policy.may_draft():
                 if ahead is not None:
                     full = cut(ahead, budget, request.max_tree_nodes)
                 else:
@@ -155,7 +155,7 @@ async def generate(
             stats.q_bytes += sum(node.q.ByteSize() for node in message.round.nodes)
             await call.write(message)
             next_budget = min(request.num_draft_tokens, room - len(primary_path(draft)) - 2)
-            if prefetcher is not None:
+            if prefetcher is not None and policy.may_draft():
                 # Runs while the verifier checks `draft`; the verdict waits in the stream meanwhile.
                 prefetcher.start(context, draft, next_budget, request.max_tree_nodes)
             verdict: verifier_pb2.VerifyResponse = await call.read()
@@ -170,6 +170,7 @@ async def generate(
             policy.observe(
                 draft, list(verdict.acceptance_probs), verdict.verify_seconds, verdict.queued_rounds,
                 first_round=stats.rounds == 0, had_draft=len(full) > 0,
+                price=LoadPrice(verdict.pass_rounds, verdict.pass_seconds, verdict.pass_rows, verdict.row_seconds, verdict.open_sessions),
             )
             if prefetcher is not None and next_budget > 0:
                 ahead = prefetcher.take(path, verdict.next_token_id)

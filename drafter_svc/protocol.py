@@ -37,7 +37,7 @@ class Defaults:
     num_draft_tokens: int
     max_tree_nodes: int
     max_new_tokens_cap: int
-    draft_policy: str = "fixed"
+    draft_policy: str = "auto"
     overlap: bool = False
     max_prompt_tokens: int = 0  # 0: only the verifier's context length
 

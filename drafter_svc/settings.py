@@ -41,12 +41,13 @@ class DrafterSettings:
     max_tree_nodes: int = field(
         default=16, metadata={"help": "tree nodes per round at the default draft length (scaled with a request's own length)"}
     )
-    # `fixed` stays the default: in bench/results/spec_bench-20261122-122040 (greedy) and -1227*
-    # (temperature 1), no adaptive policy matched the best fixed length per category on this CPU
-    # (README, "Draft-length policies").
+    # `auto` is the default: in bench/results/spec_bench-20261122-1443* and later (README,
+    # "Draft-length policies") it is within the run-to-run noise of the best fixed length chosen
+    # after the fact, and under load it prices drafts with the verifier's pass costs and turns
+    # speculation off when it cannot pay (README, "Speculation under load").
     draft_policy: str = field(
-        default="fixed",
-        metadata={"help": "draft-length policy when a request names none: fixed, auto, leviathan, specdec++, copy-confidence"},
+        default="auto",
+        metadata={"help": "draft-length policy when a request names none: auto, fixed, leviathan, specdec++, copy-confidence"},
     )
     overlap: bool = field(default=False, metadata={"help": "draft the next round while the verifier checks this one"})
     stop_threshold: float = field(

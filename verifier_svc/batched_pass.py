@@ -98,14 +98,19 @@ def _padded_cache(inputs: Sequence[PassInput], cached: int, new: int, target: Ta
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     shape = (len(inputs), heads, cached + new, head_dim)
     for index in range(len(batch.layers)):
-        keys = torch.zeros(shape, dtype=target.dtype, device=target.device)
-        values = torch.zeros(shape, dtype=target.dtype, device=target.device)
+        # Uninitialized, then filled: each row's entries copied, only its padding slots [L_b, L)
+        # zeroed (masked out, but garbage there could be inf or NaN, and 0 x NaN is NaN); slots
+        # from L on are written by the pass itself. Zeroing whole buffers first wrote every slot twice.
+        keys = torch.empty(shape, dtype=target.dtype, device=target.device)
+        values = torch.empty(shape, dtype=target.dtype, device=target.device)
         for b, x in enumerate(inputs):
             length = len(x.cache)
             if length:
                 source = x.cache.cache.layers[index]
                 keys[b, :, :length] = source.keys[0]
                 values[b, :, :length] = source.values[0]
+            keys[b, :, length:cached] = 0
+            values[b, :, length:cached] = 0
         batch.layers[index] = _SlotLayer(keys, values, cached)
     return batch
 

@@ -1,5 +1,9 @@
 """A session's KV cache: transformers' DynamicCache plus the two operations we need, rollback and
-keeping one accepted path of a token tree."""
+keeping one accepted path of a token tree.
+
+Each layer keeps its entries at the front of a buffer with spare room (GrowableLayer), so a pass
+appends its new entries in place; DynamicLayer concatenates instead, copying the whole cache
+(~46 KB per cached token for SmolLM2-135M in fp32) on every pass of every session."""
 
 from __future__ import annotations
 
@@ -7,6 +11,12 @@ from collections.abc import Sequence
 
 import torch
 from transformers import DynamicCache, PretrainedConfig
+from transformers.cache_utils import DynamicLayer
+
+# When a layer's buffer is full it grows to the entries needed plus a quarter (at least this
+# many slots): a prefill's buffer has room for the decoding after it, and a growth's copy is paid
+# once per quarter of the length, not once per pass.
+MIN_SPARE_SLOTS = 64
 
 
 def kv_bytes_per_token(config: PretrainedConfig, dtype: torch.dtype) -> int:
@@ -16,11 +26,42 @@ def kv_bytes_per_token(config: PretrainedConfig, dtype: torch.dtype) -> int:
     return config.num_hidden_layers * heads * head_dim * 2 * dtype.itemsize
 
 
+class GrowableLayer(DynamicLayer):
+    """A DynamicLayer whose keys and values are views of the first entries of larger buffers:
+    update writes into the spare room (growing the buffers when full), crop only shortens the
+    views. The contract of DynamicLayer is unchanged: keys/values hold exactly the entries."""
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        super().lazy_initialization(key_states, value_states)
+        self._buffers: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:  # type: ignore[override]
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        length = self.get_seq_length()
+        end = length + key_states.shape[-2]
+        if self._buffers is None or self._buffers[0].shape[-2] < end or self._buffers[0].shape[:2] != key_states.shape[:2]:
+            shape = (*key_states.shape[:2], end + max(MIN_SPARE_SLOTS, end // 4), key_states.shape[-1])
+            keys = torch.empty(shape, dtype=key_states.dtype, device=key_states.device)
+            values = torch.empty(shape, dtype=value_states.dtype, device=value_states.device)
+            if length:
+                keys[..., :length, :] = self.keys
+                values[..., :length, :] = self.values
+            self._buffers = (keys, values)
+        keys, values = self._buffers
+        keys[..., length:end, :] = key_states
+        values[..., length:end, :] = value_states
+        self.keys, self.values = keys[..., :end, :], values[..., :end, :]
+        return self.keys, self.values
+
+
 class KVCache:
     """Keys and values of the tokens a session has committed, in sequence order."""
 
     def __init__(self, config: PretrainedConfig) -> None:
         self.cache = DynamicCache(config=config)
+        assert all(type(layer) is DynamicLayer for layer in self.cache.layers), "full-attention layers only"
+        self.cache.layers = [GrowableLayer() for _ in self.cache.layers]
 
     def __len__(self) -> int:
         return self.cache.get_seq_length()

@@ -7,6 +7,10 @@ longest round's new tokens stay within `max_batch_tokens` (always at least one r
 (batched_pass.score_batch; a lone round runs TargetModel.score, so a single session pays no
 extra latency). Rounds that arrive while a pass runs wait for the next one. Each round's
 validation or acceptance error goes back to its own stream only.
+
+Every pass also updates the verifier's pass-time model (pass_time.py); each verdict comes back
+with the record of the pass that scored it, including the fitted marginal seconds of one more
+padded token row, which is what a drafted token costs a pass under load.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from dataclasses import dataclass, field
 
 from verifier_svc.acceptance import RoundVerdict
 from verifier_svc.batched_pass import PassInput, score_batch
+from verifier_svc.pass_time import PassTimeModel
 from verifier_svc.session import PreparedRound, RoundInput, Session
 
 log = logging.getLogger(__name__)
@@ -37,12 +42,17 @@ class _Waiting:
 
 @dataclass(frozen=True)
 class PassRecord:
-    """What one pass did, for metrics: rounds in it, new tokens, the waits of its rounds, seconds."""
+    """What one pass did, for metrics and for the verdicts: rounds in it, new tokens, the waits
+    of its rounds, seconds; its padded shape (rows = B x T new-token rows, slots = B x L cache
+    slots) and the fitted marginal seconds of one more row after it."""
 
     rounds: int
     tokens: int
     waits: list[float]
     seconds: float
+    rows: int = 0
+    slots: int = 0
+    row_seconds: float = 0.0
 
 
 class Scheduler:
@@ -69,6 +79,7 @@ class Scheduler:
         self._cond = threading.Condition()
         self._stopped = False
         self._worker: threading.Thread | None = None
+        self.pass_time = PassTimeModel()
 
     def depth(self) -> int:
         """Rounds waiting for a pass."""
@@ -85,6 +96,11 @@ class Scheduler:
 
     async def verify(self, session: Session, round_: RoundInput) -> RoundVerdict:
         """Queue a round; resolves with its verdict once a pass has scored it."""
+        verdict, _ = await self.verify_round(session, round_)
+        return verdict
+
+    async def verify_round(self, session: Session, round_: RoundInput) -> tuple[RoundVerdict, PassRecord]:
+        """Queue a round; resolves with its verdict and the record of the pass that scored it."""
         loop = asyncio.get_running_loop()
         waiting = _Waiting(session, round_, loop.create_future(), loop)
         with self._cond:
@@ -145,6 +161,8 @@ class Scheduler:
                 _resolve(w, error=error)
         if not ready:
             return
+        longest = max(len(p.pending) + len(p.tree) for _, p in ready)
+        rows, slots = len(ready) * longest, len(ready) * max(_cached(w.session) for w, _ in ready)
         try:
             if len(ready) == 1:
                 w, p = ready[0]
@@ -155,14 +173,22 @@ class Scheduler:
             for w, _ in ready:
                 _resolve(w, error=error)
             return
+        results: list[tuple[_Waiting, RoundVerdict | None, BaseException | None]] = []
         for (w, p), logits in zip(ready, scored):
             try:
-                _resolve(w, result=w.session.finish(p, logits))
+                results.append((w, w.session.finish(p, logits), None))
             except Exception as error:  # noqa: BLE001
-                _resolve(w, error=error)
+                results.append((w, None, error))
+        seconds = time.perf_counter() - started
+        self.pass_time.observe(rows, slots, seconds)
+        record = PassRecord(
+            len(ready), sum(len(p.pending) + len(p.tree) for _, p in ready), [started - w.arrived for w, _ in ready],
+            seconds, rows, slots, self.pass_time.row_seconds,
+        )
+        for w, verdict, error in results:
+            _resolve(w, result=None if error else (verdict, record), error=error)
         if self.on_pass:
-            tokens = sum(len(p.pending) + len(p.tree) for _, p in ready)
-            self.on_pass(PassRecord(len(ready), tokens, [started - w.arrived for w, _ in ready], time.perf_counter() - started))
+            self.on_pass(record)
 
 
 def prune(round_: RoundInput, nodes: int) -> RoundInput:
@@ -185,7 +211,12 @@ def _new_tokens(w: _Waiting) -> int:
     return len(w.session.tokens) - len(w.session.cache) + len(w.round.tokens)
 
 
-def _resolve(w: _Waiting, result: RoundVerdict | None = None, error: BaseException | None = None) -> None:
+def _cached(session: Session) -> int:
+    """Entries in a session's cache (0 once it has ended and freed its cache)."""
+    return len(session.cache) if session.cache is not None else 0
+
+
+def _resolve(w: _Waiting, result: tuple[RoundVerdict, PassRecord] | None = None, error: BaseException | None = None) -> None:
     def settle() -> None:
         if w.future.done():  # the stream went away (cancelled)
             return

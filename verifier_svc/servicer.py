@@ -43,10 +43,16 @@ def round_from_proto(msg: verifier_pb2.Round) -> RoundInput:
     )
 
 
-def verdict_to_proto(verdict: RoundVerdict, seconds: float, queued_rounds: int = 0, open_sessions: int = 0) -> verifier_pb2.VerifyResponse:
+def verdict_to_proto(
+    verdict: RoundVerdict, seconds: float, queued_rounds: int = 0, open_sessions: int = 0, record: PassRecord | None = None
+) -> verifier_pb2.VerifyResponse:
     return verifier_pb2.VerifyResponse(
         queued_rounds=queued_rounds,
         open_sessions=open_sessions,
+        pass_rounds=record.rounds if record else 0,
+        pass_seconds=record.seconds if record else 0.0,
+        pass_rows=record.rows if record else 0,
+        row_seconds=record.row_seconds if record else 0.0,
         num_accepted=verdict.num_accepted,
         next_token_id=verdict.next_token,
         next_is_bonus=verdict.is_bonus,
@@ -124,7 +130,9 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServicer):
         return self.info
 
     async def GetLoad(self, request, context) -> verifier_pb2.Load:  # type: ignore[no-untyped-def]
-        return verifier_pb2.Load(open_sessions=self.sessions.open, max_sessions=self.sessions.max_sessions)
+        return verifier_pb2.Load(
+            open_sessions=self.sessions.open, max_sessions=self.sessions.max_sessions, row_seconds=self.scheduler.pass_time.row_seconds
+        )
 
     async def Verify(
         self, request_iterator: AsyncIterator[verifier_pb2.VerifyRequest], context: grpc.aio.ServicerContext
@@ -166,12 +174,12 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServicer):
                     queued = self.rounds_in_flight
                     self.rounds_in_flight += 1
                     try:
-                        verdict = await self.scheduler.verify(session, round_from_proto(request.round))
+                        verdict, record = await self.scheduler.verify_round(session, round_from_proto(request.round))
                     finally:
                         self.rounds_in_flight -= 1
                     if self.metrics:
                         self.metrics.observe_verdict(verdict, len(request.round.nodes))
-                    yield verdict_to_proto(verdict, time.perf_counter() - started, queued, self.sessions.open)
+                    yield verdict_to_proto(verdict, time.perf_counter() - started, queued, self.sessions.open, record)
                 elif kind == "close":
                     if session is None:
                         raise FailedPrecondition("close", "no session to close")

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from drafter_svc.draft_policy import (
+    LoadPrice,
     POLICY_NAMES,
     PolicyState,
     SessionPolicy,
@@ -47,7 +48,10 @@ def simulate(policy: SessionPolicy, alphas: list[float], seed: int, draft: Draft
 @pytest.mark.parametrize("seed", range(6))
 def test_draft_length_follows_acceptance_switching_between_0_9_and_0_2(name: str, seed: int) -> None:
     """Measured (seeds 0-7): down to <= 1 token within 1-6 rounds, up to >= 4 within 0-8 rounds
-    (specdec++ climbs slowest: at one token per round it gets one label per round)."""
+    (specdec++ climbs slowest: at one token per round it gets one label per round). Settled
+    low-phase means over seeds 0-39 (auto): 1.31 on average, at most 2.41 (a lucky probe lifts the
+    session's rate for a round or two), the same before and after the predictor's features were
+    made 0 for point masses; settled high-phase means at least 7.4."""
     depths = simulate(SessionPolicy(name, "copy", PolicyState()), SWITCHING, seed)
     for phase in range(1, 4):
         start = phase * PHASE
@@ -60,7 +64,7 @@ def test_draft_length_follows_acceptance_switching_between_0_9_and_0_2(name: str
         if high:
             assert np.mean(settled) >= 4, (phase, settled)
         else:
-            assert np.mean(settled) <= 2, (phase, settled)
+            assert np.mean(settled) <= 2.5, (phase, settled)
 
 
 def closed_form(alpha: float, k: int, c: float) -> float:
@@ -151,14 +155,141 @@ def test_no_draft_gives_an_empty_round_and_unknown_names_are_refused() -> None:
 
 @pytest.mark.parametrize("name", ["leviathan", "auto"])
 def test_a_policy_that_stopped_drafting_probes_again(name: str) -> None:
-    """A session whose estimates say "never draft" still sends a draft every few rounds, so its
-    estimates get labels and can recover."""
+    """A session whose estimates say "never draft" still sends a draft now and then, so its
+    estimates get labels and can recover: after 3 declined rounds, then after twice as many each
+    time a probe's first token is rejected (at most 12), and after 3 again once one is accepted."""
     policy = SessionPolicy(name, "copy", PolicyState())
     policy.session.alpha = 0.01
     policy.state.drafter_acceptance("copy").alpha = 0.01
     sent = []
-    for _ in range(12):
+    for i in range(50):
         draft = policy.choose(CHAIN, 8, 8)
         sent.append(len(draft))
-        policy.observe(draft, [0.0] * len(draft), seconds(len(draft)), 0, first_round=False, had_draft=True)
-    assert sent[:3] == [0, 0, 0] and sent.count(0) < len(sent) and all(n > 0 for n in sent[3::4])
+        accept = 1.0 if i >= 30 else 0.0
+        policy.observe(draft, [accept] + [0.0] * (len(draft) - 1), seconds(len(draft)), 0, first_round=False, had_draft=True)
+        if i >= 30:
+            policy.session.alpha = 0.01  # keep it declining: only the probe schedule is under test
+    probes = [i for i, n in enumerate(sent) if n > 0]
+    gaps = [b - a - 1 for a, b in zip([-1, *probes], probes)]
+    assert gaps[:5] == [3, 6, 12, 12, 3], (sent, gaps)  # the probe at 36 was accepted: 3 again
+
+
+# A batching verifier, as pass_time.py models it: a padded pass over B rounds of up to T new
+# tokens each takes BATCH_FIXED + ROW * B * T seconds (a lone round: `seconds` above).
+BATCH_FIXED, ROW = 0.045, 0.0025
+
+
+def simulate_load(name: str, sessions: int, alpha: float, rounds: int, seed: int) -> tuple[float, list[int]]:
+    """`sessions` sessions of one drafter process, every round of each in one shared pass; the
+    verifier accepts each drafted token with probability alpha. Returns (tokens per second of
+    pass time after the first pass, nodes sent per pass). The first pass is left out of the rate:
+    sessions that all start at once in a fresh process know nothing of the load yet (a session
+    that starts while others run inherits the process's last price)."""
+    rng = np.random.default_rng(seed)
+    state = PolicyState()
+    policies = [SessionPolicy(name, "copy", state) for _ in range(sessions)]
+    tokens, elapsed, sent_per_pass = 0, 0.0, []
+    for _ in range(rounds):
+        sent = [p.choose(CHAIN, 8, 8) if p.may_draft() else Draft.point_masses([]) for p in policies]
+        longest = 1 + max(len(d) for d in sent)
+        t = seconds(len(sent[0])) if sessions == 1 else BATCH_FIXED + ROW * sessions * longest
+        price = LoadPrice(sessions, t, sessions * longest, ROW)
+        for policy, draft in zip(policies, sent):
+            labels = (rng.random(len(draft)) < alpha).astype(float).tolist()
+            tokens += 1 + int(np.cumprod(labels).sum()) if labels else 1
+            policy.observe(draft, labels, t, sessions - 1, first_round=False, had_draft=True, price=price)
+        if not sent_per_pass:
+            tokens, elapsed = 0, 0.0
+        else:
+            elapsed += t
+        sent_per_pass.append(sum(len(d) for d in sent))
+    return tokens / elapsed, sent_per_pass
+
+
+@pytest.mark.parametrize("name", ["auto", "leviathan"])
+@pytest.mark.parametrize("alpha", [0.2, 0.6, 0.9])
+def test_under_load_speculation_is_never_slower_than_plain_decoding(name: str, alpha: float) -> None:
+    """Issue 6's promise, on the cost model: at every load, a pricing policy's throughput is at
+    least plain decoding's, more when drafts pay; once a node costs more than a plain round
+    (c = B^2 m / t >= 1) nothing is drafted at all. Tolerance: a lone session pays for its labels
+    (probes, and a few rounds after a lucky one: 2.0-2.5% at alpha 0.1-0.2 over seeds 0-9)."""
+    for sessions in (1, 2, 4, 8, 16, 32):
+        plain = sessions / (seconds(0) if sessions == 1 else BATCH_FIXED + ROW * sessions)
+        speculative, sent = simulate_load(name, sessions, alpha, 200, seed=sessions)
+        assert speculative >= (0.965 if sessions == 1 else 0.99) * plain, (sessions, speculative, plain)
+        if sessions >= 8:  # c = 64 x 2.5 ms / 65 ms > 1
+            assert sum(sent[5:]) == 0, (sessions, sent)
+    if alpha == 0.9:  # and when drafts pay, a lone session gains
+        assert simulate_load(name, 1, alpha, 60, seed=0)[0] > 1.5 / seconds(0)
+
+
+def test_a_new_session_starts_with_the_processes_last_price() -> None:
+    state = PolicyState()
+    first = SessionPolicy("auto", "copy", state)
+    first.observe(Draft.point_masses([]), [], 0.2, 31, first_round=False, had_draft=False, price=LoadPrice(32, 0.125, 32, 0.0025))
+    assert not SessionPolicy("auto", "copy", state).may_draft()
+
+
+def test_the_load_price_is_b_squared_m_over_the_plain_pass() -> None:
+    """A pass of 4 rounds padded to 3 tokens each: t_plain removes the 8 padded rows beyond one per round."""
+    price = LoadPrice(rounds=4, seconds=0.1, rows=12, row_seconds=0.0025)
+    assert price.node_cost() == pytest.approx(16 * 0.0025 / (0.1 - 8 * 0.0025))
+    assert price.relative().overhead == 0
+    assert not LoadPrice(1, 0.05, 1, 0.0025).batched and not LoadPrice(0, 0.0, 0, 0.0).batched
+
+
+def test_a_policy_that_declines_under_load_does_not_probe_and_resumes_when_alone() -> None:
+    policy = SessionPolicy("auto", "copy", PolicyState())
+    busy = LoadPrice(rounds=16, seconds=0.085, rows=16, row_seconds=0.0025)  # c = 256 x 2.5 ms / 85 ms
+    policy.observe(Draft.point_masses([]), [], 0.085, 15, first_round=False, had_draft=False, price=busy)
+    assert not policy.may_draft()
+    sends = []
+    for _ in range(10):  # the drafter had drafts, the policy declined them all: still no probe
+        draft = policy.choose(CHAIN, 8, 8)
+        sends.append(len(draft))
+        policy.observe(draft, [], 0.085, 15, first_round=False, had_draft=True, price=busy)
+    assert sends == [0] * 10
+    policy.session.alpha = 0.9
+    alone = LoadPrice(rounds=1, seconds=0.07, rows=5, row_seconds=0.0025)
+    policy.observe(Draft.point_masses([]), [], 0.07, 0, first_round=False, had_draft=False, price=alone)
+    assert policy.may_draft() and len(policy.choose(CHAIN, 8, 8)) >= 4
+
+
+@pytest.mark.parametrize("name", ["fixed", "specdec++", "copy-confidence"])
+def test_policies_that_do_not_price_always_may_draft(name: str) -> None:
+    policy = SessionPolicy(name, "copy", PolicyState())
+    policy.observe(Draft.point_masses([]), [], 0.1, 31, first_round=False, had_draft=False, price=LoadPrice(32, 0.2, 32, 0.0025))
+    assert policy.may_draft()
+
+
+@pytest.mark.parametrize("name", ["auto", "leviathan"])
+def test_the_first_round_drafts_on_top_of_the_prefill(name: str) -> None:
+    """The first pass scores the prompt: with 700 prompt tokens a drafted node costs ~1/700 of
+    that pass, so even an acceptance of 0.05 pays for drafts that a later round declines."""
+    state = PolicyState()
+    state.drafter_acceptance("copy").alpha = 0.05
+    policy = SessionPolicy(name, "copy", state, prompt_tokens=700)
+    assert policy.depth(CHAIN, 8, 8) >= 1
+    policy.observe(policy.choose(CHAIN, 8, 8), [0.0] * 8, 1.5, 0, first_round=True, had_draft=True)
+    assert policy.depth(CHAIN, 8, 8) == 0
+
+
+def test_a_session_scored_alone_under_load_still_prices_for_the_batches() -> None:
+    """A prompt's prefill often runs alone (it does not fit a batch's token budget): that
+    session's own verdict says B = 1 with 16 sessions open; the per-round cost comes from the
+    process's latest pass of several rounds, the size from the open sessions."""
+    state = PolicyState()
+    other = SessionPolicy("auto", "copy", state)
+    busy = LoadPrice(rounds=8, seconds=0.085, rows=8, row_seconds=0.0025, open_sessions=16)
+    other.observe(Draft.point_masses([]), [], 0.085, 7, first_round=False, had_draft=False, price=busy)
+    fresh = SessionPolicy("auto", "copy", state, prompt_tokens=700)
+    assert fresh.load_price() == busy and not fresh.may_draft()
+    alone = LoadPrice(1, 1.5, 700, 0.0025, open_sessions=16)
+    fresh.observe(Draft.point_masses([]), [], 1.5, 0, first_round=True, had_draft=False, price=alone)
+    assert fresh.load_price() == busy and not fresh.may_draft()
+    assert busy.node_cost() == pytest.approx(16 * 0.0025 / (0.085 / 8))  # S m / (t_plain / B)
+    # Once the verifier is the session's alone, it prices by its own pass costs again.
+    fresh.observe(Draft.point_masses([]), [], 0.06, 0, first_round=False, had_draft=False, price=LoadPrice(1, 0.06, 1, 0.0025, 1))
+    assert fresh.may_draft() and not fresh.load_price().batched
+
+

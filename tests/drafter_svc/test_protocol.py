@@ -77,7 +77,7 @@ def test_draft_policy_and_overlap_from_request_or_defaults(tokenizer) -> None:  
         request = request_from_proto(build_request(token_ids=[1, 2, 3], **speculation), tokenizer, LIMITS, TREE_DEFAULTS)
         return request.draft_policy, request.overlap
 
-    assert policy() == ("fixed", False)  # the server's defaults
+    assert policy() == ("auto", False)  # the server's defaults
     assert policy(draft_policy="specdec++", overlap=True) == ("specdec++", True)
     overlapping = Defaults("copy", 4, 12, 512, draft_policy="leviathan", overlap=True)
     request = request_from_proto(build_request(token_ids=[1], overlap=False), tokenizer, LIMITS, overlapping)

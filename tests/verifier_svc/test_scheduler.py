@@ -145,3 +145,27 @@ def test_a_round_whose_session_ended_while_it_waited_fails_alone_and_the_worker_
     assert isinstance(refused, FailedPrecondition) and refused.field == "round"
     assert served == ("alone", [8]) and later == ("alone", [9])
     assert failing_hook_calls  # the hook raised after the first pass, and `later` was still served
+
+
+def test_each_verdict_comes_with_its_pass_shape_and_the_fitted_row_cost() -> None:
+    """Three rounds in one pass: B = 3, T = 1 pending + 3 nodes, L = the longest cache."""
+    s = Scheduler(lambda: 3, 512, 2.0)
+    s.start()
+    sessions = [FakeSession() for _ in range(3)]
+    sessions[2].cache = [1, 2, 3, 4]
+
+    async def go() -> list:
+        return await asyncio.gather(*(
+            s.verify_round(session, RoundInput.point_masses(r))  # type: ignore[arg-type]
+            for session, r in zip(sessions, [[1], [2, 3], [4, 5, 6]])
+        ))
+
+    try:
+        results = asyncio.run(go())
+    finally:
+        s.stop()
+    records = {id(record) for _, record in results}
+    assert len(records) == 1  # one pass, one record for all three
+    record = results[0][1]
+    assert (record.rounds, record.rows, record.slots) == (3, 3 * 4, 3 * 4)
+    assert record.row_seconds == s.pass_time.row_seconds > 0 and s.pass_time.passes == 1

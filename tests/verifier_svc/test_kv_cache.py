@@ -1,0 +1,53 @@
+"""kv_cache: the growable layers behave exactly like transformers' DynamicLayer (no model: random
+keys and values through the same update / crop / keep sequence)."""
+
+from __future__ import annotations
+
+import torch
+from transformers import DynamicCache, LlamaConfig
+
+from verifier_svc.kv_cache import MIN_SPARE_SLOTS, GrowableLayer, KVCache
+
+CONFIG = LlamaConfig(num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, hidden_size=32)
+
+
+def entries(n: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.randn(1, 2, n, 8, generator=generator), torch.randn(1, 2, n, 8, generator=generator)
+
+
+def test_same_entries_as_a_dynamic_cache_through_appends_truncations_and_kept_paths() -> None:
+    generator = torch.Generator().manual_seed(0)
+    ours = KVCache(CONFIG)
+    reference = DynamicCache(config=CONFIG)
+    assert all(isinstance(layer, GrowableLayer) for layer in ours.cache.layers)
+    # A prefill, then rounds: append pending + nodes, keep an accepted path, truncate the rest.
+    for step, (new, offsets) in enumerate([(300, None), (9, [0, 2, 3]), (1, [0]), (17, [0, 1, 5, 6, 9]), (4, [])] * 12):
+        start = len(ours)
+        for index in range(CONFIG.num_hidden_layers):
+            keys, values = entries(new, generator)
+            got = ours.cache.update(keys, values, index)
+            want = reference.update(keys, values, index)
+            assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+        if offsets is None:
+            continue
+        ours.keep(start, offsets)
+        # The reference: gather by hand and rebuild.
+        for layer in reference.layers:
+            index = torch.tensor([*range(start), *(start + o for o in offsets)])
+            layer.keys, layer.values = layer.keys.index_select(-2, index), layer.values.index_select(-2, index)
+        assert len(ours) == reference.get_seq_length() == start + len(offsets), step
+        for mine, theirs in zip(ours.cache.layers, reference.layers):
+            assert torch.equal(mine.keys, theirs.keys) and torch.equal(mine.values, theirs.values)
+
+
+def test_appends_write_in_place_until_the_spare_room_is_used() -> None:
+    generator = torch.Generator().manual_seed(1)
+    cache = KVCache(CONFIG)
+    cache.cache.update(*entries(100, generator), 0)
+    storage = cache.cache.layers[0].keys.untyped_storage().data_ptr()
+    for _ in range(MIN_SPARE_SLOTS // 4):
+        cache.cache.update(*entries(4, generator), 0)
+    assert cache.cache.layers[0].keys.untyped_storage().data_ptr() == storage  # no copy
+    cache.cache.update(*entries(MIN_SPARE_SLOTS, generator), 0)
+    assert cache.cache.layers[0].keys.untyped_storage().data_ptr() != storage  # grown once
+    assert cache.cache.layers[0].keys.shape[-2] == 100 + MIN_SPARE_SLOTS + MIN_SPARE_SLOTS
