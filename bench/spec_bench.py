@@ -138,8 +138,8 @@ def _write(args: argparse.Namespace, argv: Sequence[str], started: datetime, ela
     ]
     images = "".join(f"\n![{p.stem}]({p.name})\n" for p in plots if p is not None)
     text = f"# {title}\n\n{machine_line}\n\n{markdown_table(summaries)}\n\n{legend}\n{notes}\n{images}"
-    fixed = [c.name for c in configs if c.num_draft_tokens > 0 and c.draft_policy == "fixed" and not c.overlap]
-    others = [c.name for c in configs if c.num_draft_tokens > 0 and c.name not in fixed]
+    fixed = [c.name for c in configs if c.speculates and c.draft_policy == "fixed" and not c.overlap]
+    others = [c.name for c in configs if c.speculates and c.name not in fixed]
     if fixed and others:
         text += (f"\n## Draft-length policies and overlap\n\nSpeedup vs baseline (verification rate / discard rate: target "
                  f"passes and discarded drafts per generated token)\n\n{policy_table(summaries, fixed, others)}\n")
@@ -217,7 +217,7 @@ def main(argv: Sequence[str]) -> int:
 
     names = [s.name for s in systems]
     summaries = summarize(records, rows, names, greedy=args.temperature == 0.0)
-    warnings, failed = _problems(records, {c.name for c in configs if c.num_draft_tokens > 0})
+    warnings, failed = _problems(records, {c.name for c in configs if c.speculates})
     warnings = skipped + warnings
     _write(args, argv, started, elapsed, machine, names, records, summaries, warnings, configs)
     return 1 if failed else 0

@@ -2,7 +2,8 @@
 a draft-length policy and overlap on or off.
 
 A configuration is named `baseline` (k = 0: no speculation, one target pass per token through
-the same two services), `DRAFTER-kN` for chains of N drafts, e.g. `copy-k8`, or `DRAFTER-kN-tM`
+the same two services), `defaults` (a request that sets no speculation field: what the drafter
+service does by default, README "Defaults"), `DRAFTER-kN` for chains of N drafts, e.g. `copy-k8`, or `DRAFTER-kN-tM`
 for token trees of depth N with M nodes, e.g. `copy-k4-t12`; these draft a fixed length. The
 ONNX model drafters go by their names too: `onnx-quantized-k4`, `onnx-small-k4-t8`. A
 policy suffix makes N the longest draft a policy may choose (`copy-k8-auto`, `copy-k8-leviathan`,
@@ -23,8 +24,9 @@ from drafter_svc.drafter import DRAFTER_NAMES
 from specdec.client import Client
 
 BASELINE = "baseline"
+SERVER_DEFAULTS = "defaults"
 TRANSFORMERS_REFERENCE = "hf-generate"  # transformers' plain generate(): greedy outputs are compared with it
-DEFAULT_CONFIGS: tuple[str, ...] = (BASELINE, "copy-k4", "copy-k8", "ngram-k4")
+DEFAULT_CONFIGS: tuple[str, ...] = (BASELINE, SERVER_DEFAULTS, "copy-k4", "copy-k8", "ngram-k4")
 _CONFIG_NAME = re.compile(
     r"(?P<drafter>[a-z_]+(?:-[a-z_]+)*)-k(?P<k>\d+)(-t(?P<nodes>\d+))?"
     rf"(-(?P<policy>{'|'.join(re.escape(p) for p in POLICY_NAMES)}))?(?P<overlap>-overlap)?"
@@ -77,11 +79,15 @@ class System(Protocol):
 class SpecdecConfig:
     name: str
     drafter: str  # "" lets the server pick; irrelevant when k = 0
-    num_draft_tokens: int
-    max_tree_nodes: int  # = num_draft_tokens: a chain
+    num_draft_tokens: int | None  # None: the server's default (and so for the fields below)
+    max_tree_nodes: int | None  # = num_draft_tokens: a chain
     acceptance: str | None = None  # "exact", "lenient:L", "mentored:D"; None: the server's default (exact)
-    draft_policy: str = "fixed"
-    overlap: bool = False
+    draft_policy: str = "fixed"  # "": the server's default
+    overlap: bool | None = False
+
+    @property
+    def speculates(self) -> bool:
+        return self.num_draft_tokens is None or self.num_draft_tokens > 0
 
 
 def parse_config(name: str) -> SpecdecConfig:
@@ -89,10 +95,12 @@ def parse_config(name: str) -> SpecdecConfig:
     `-POLICY` and `-overlap`; ValueError otherwise. Without a policy: fixed."""
     if name == BASELINE:
         return SpecdecConfig(BASELINE, "", 0, 0)
+    if name == SERVER_DEFAULTS:
+        return SpecdecConfig(SERVER_DEFAULTS, "", None, None, draft_policy="", overlap=None)
     match = _CONFIG_NAME.fullmatch(name)
     if not match or int(match["k"]) < 1 or (match["nodes"] and int(match["nodes"]) <= int(match["k"])):
         raise ValueError(
-            f"bad config {name!r}: expected {BASELINE!r}, DRAFTER-kN or DRAFTER-kN-tM (M > N), then optionally "
+            f"bad config {name!r}: expected {BASELINE!r}, {SERVER_DEFAULTS!r}, DRAFTER-kN or DRAFTER-kN-tM (M > N), then optionally "
             f"-POLICY ({', '.join(POLICY_NAMES)}) and -overlap, e.g. copy-k8, copy-k4-t12, copy-k8-auto-overlap"
         )
     if match["drafter"] not in DRAFTER_NAMES:
@@ -131,7 +139,7 @@ class SpecdecSystem:
             num_draft_tokens=self._config.num_draft_tokens,
             max_tree_nodes=self._config.max_tree_nodes,
             acceptance=self._config.acceptance,
-            draft_policy=self._config.draft_policy or "fixed",
+            draft_policy=self._config.draft_policy,
             overlap=self._config.overlap,
         )
         wall = time.perf_counter() - started

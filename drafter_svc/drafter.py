@@ -136,6 +136,7 @@ class DrafterModels:
     tokenizer_fingerprint: str = ""
     threads: int = 0
     tail_mass: float | None = None
+    window: int | None = None  # prompt tokens read, from the end (onnx_drafter.PROMPT_WINDOW if None; 0: all)
 
 
 def make_drafter(
@@ -165,6 +166,23 @@ def make_drafter(
     raise ValueError(f"unknown drafter {name!r}; expected one of {', '.join(DRAFTER_NAMES)}")
 
 
+def resolve_default_drafter(name: str, models: DrafterModels) -> str:
+    """The server's default drafter: `name`, or for "auto" onnx-quantized where its model is
+    built (for this tokenizer), else copy (no build step; README, "Defaults")."""
+    if name != "auto":
+        return name
+    from drafter_svc.onnx_drafter import Manifest
+
+    folder = models.folders.get("quantized")
+    try:
+        manifest = Manifest.read(folder) if folder else None
+    except (OSError, ValueError, KeyError):
+        manifest = None
+    if manifest is None or (models.tokenizer_fingerprint and manifest.tokenizer_fingerprint != models.tokenizer_fingerprint):
+        return "copy"
+    return "onnx-quantized"
+
+
 _MODEL_DRAFTER_STREAM = 0x0D5A  # keeps drafter seeds apart from any other use of the request seed
 
 
@@ -188,9 +206,8 @@ def _make_model_drafter(name: str, sampling: SamplingParams, seed: int | None, s
             "speculation.drafter", f"{name}'s model in {folder} was built for another tokenizer ({built_for[:12]}...)"
         )
     rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(_MODEL_DRAFTER_STREAM, stream)))
-    if models.tail_mass is None:
-        return OnnxDrafter(model, sampling, rng)
-    return OnnxDrafter(model, sampling, rng, models.tail_mass)
+    options = {"tail_mass": models.tail_mass, "window": models.window}
+    return OnnxDrafter(model, sampling, rng, **{k: v for k, v in options.items() if v is not None})
 
 
 class AppendOnlyCursor:

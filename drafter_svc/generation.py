@@ -6,10 +6,17 @@ verifier answers in one target pass with the accepted path plus a recovered or b
 drafter and the policy learn from the verdict. With overlap on, the next round is pre-drafted
 while the verifier works (overlap.py) and used when the verdict matches its guess.
 With k = 0 every round is one plain target step: the no-speculation baseline on the same path.
+
+Model drafters (onnx-*) keep the event loop free: they draft in a worker thread. Under an
+adaptive policy their first round is sent empty, so the verifier's prefill of the prompt and the
+drafter's own prefill run at the same time (on two cores) instead of one after the other; with
+overlap on, that thread also pre-drafts the second round. Their overlap pre-drafts share the session's drafter (one KV cache,
+rolled back by prefix) instead of a second instance that would prefill the prompt again.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -19,7 +26,7 @@ import grpc
 from drafter_svc.detokenizer import IncrementalDetokenizer
 from drafter_svc.draft_policy import LoadPrice, PolicyState, SessionPolicy
 from drafter_svc.draft_tree import cut, primary_path
-from drafter_svc.drafter import ROOT, Draft, DrafterModels, Feedback, make_drafter
+from drafter_svc.drafter import MODEL_DRAFTERS, ROOT, Draft, DrafterModels, Feedback, make_drafter
 from drafter_svc.overlap import Prefetcher
 from drafter_svc.protocol import GenerationRequest, open_message, round_message
 from drafter_svc.stop_strings import StopStringMatcher
@@ -129,7 +136,15 @@ async def generate(
     )
     drafter = make_drafter(request.drafter, request.sampling, request.seed, 0, models)
     policy = SessionPolicy(request.draft_policy, request.drafter, policies or PolicyState(), len(request.prompt_token_ids))
-    prefetcher = Prefetcher(make_drafter(request.drafter, request.sampling, request.seed, 1, models)) if request.overlap and request.num_draft_tokens > 0 else None
+    model_drafter = request.drafter in MODEL_DRAFTERS and request.num_draft_tokens > 0
+    # An adaptive policy sends a model drafter's first round empty, so that its prefill runs during
+    # the verifier's; `fixed` drafts every round, the first included.
+    parallel_prefill = model_drafter and request.draft_policy != "fixed"
+    prefetcher = None
+    if request.overlap and request.num_draft_tokens > 0:
+        # A model drafter's pre-drafts reuse its KV cache; a zero-cost drafter gets its own instance
+        # (an incremental index re-built for every guessed context would cost the main one).
+        prefetcher = Prefetcher(drafter if model_drafter else make_drafter(request.drafter, request.sampling, request.seed, 1, models))
     ahead: Draft | None = None  # the pre-drafted round, when the last verdict matched its guess
     detokenizer = IncrementalDetokenizer(tokenizer.decode, request.prompt_token_ids)
     stopper = StopStringMatcher(request.stop)
@@ -142,9 +157,11 @@ async def generate(
             budget = min(request.num_draft_tokens, room - 1)
             started = time.perf_counter()
             full = draft = Draft.point_masses([])
-            if budget > 0 and policy.may_draft():
+            if budget > 0 and policy.may_draft() and not (parallel_prefill and stats.rounds == 0):
                 if ahead is not None:
                     full = cut(ahead, budget, request.max_tree_nodes)
+                elif model_drafter:
+                    full = await asyncio.to_thread(drafter.propose, context, budget, request.max_tree_nodes)
                 else:
                     full = drafter.propose(context, budget, request.max_tree_nodes)
                 draft = policy.choose(full, budget, request.max_tree_nodes)
@@ -155,10 +172,18 @@ async def generate(
             stats.q_bytes += sum(node.q.ByteSize() for node in message.round.nodes)
             await call.write(message)
             next_budget = min(request.num_draft_tokens, room - len(primary_path(draft)) - 2)
+            # Work done in a thread while the verifier checks `draft`: the pre-draft of the next
+            # round (overlap), else a model drafter's first prefill.
+            meanwhile: asyncio.Future | None = None
             if prefetcher is not None and policy.may_draft():
-                # Runs while the verifier checks `draft`; the verdict waits in the stream meanwhile.
-                prefetcher.start(context, draft, next_budget, request.max_tree_nodes)
-            verdict: verifier_pb2.VerifyResponse = await call.read()
+                meanwhile = asyncio.ensure_future(asyncio.to_thread(prefetcher.start, context, draft, next_budget, request.max_tree_nodes))
+            elif parallel_prefill and stats.rounds == 0:
+                meanwhile = asyncio.ensure_future(asyncio.to_thread(drafter.prefill, context))  # type: ignore[attr-defined]
+            try:
+                verdict: verifier_pb2.VerifyResponse = await call.read()
+            finally:
+                if meanwhile is not None:  # the drafter is used again only once that work is done
+                    await meanwhile
             if verdict is grpc.aio.EOF:
                 raise Unavailable("", "the verifier ended the session unexpectedly")
             stats.round_trip_seconds += time.perf_counter() - started

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from drafter_svc.draft_policy import POLICY_NAMES
-from drafter_svc.drafter import DRAFTER_NAMES, Draft
+from drafter_svc.drafter import DRAFTER_NAMES, MODEL_DRAFTERS, Draft
 from specdec.acceptance_params import AcceptanceParams, acceptance_from_proto, acceptance_to_proto
 from specdec.errors import InvalidArgument
 from specdec.sampling_params import SamplingParams, sampling_from_proto, sampling_to_proto
@@ -31,15 +31,34 @@ class GenerationRequest:
     overlap: bool = False  # draft the next round while the verifier checks this one
 
 
+OVERLAP_MODES = ("on", "off", "greedy")
+
+
 @dataclass(frozen=True)
 class Defaults:
+    """What a request that does not say gets. The zero-cost drafters' shape (num_draft_tokens,
+    max_tree_nodes) and the model drafters' (model_*) differ; overlap is on, off, or greedy
+    (on at temperature 0 only)."""
+
     drafter: str
     num_draft_tokens: int
     max_tree_nodes: int
     max_new_tokens_cap: int
     draft_policy: str = "auto"
-    overlap: bool = False
+    overlap: str = "off"
     max_prompt_tokens: int = 0  # 0: only the verifier's context length
+    model_num_draft_tokens: int = 6
+    model_max_tree_nodes: int = 6
+
+    def __post_init__(self) -> None:
+        if self.overlap not in OVERLAP_MODES:
+            raise ValueError(f"overlap must be one of {', '.join(OVERLAP_MODES)}, got {self.overlap!r}")
+
+    def shape(self, drafter: str) -> tuple[int, int]:
+        """(draft length, tree nodes) for a request to `drafter` that names neither."""
+        if drafter in MODEL_DRAFTERS:
+            return self.model_num_draft_tokens, self.model_max_tree_nodes
+        return self.num_draft_tokens, self.max_tree_nodes
 
 
 @dataclass(frozen=True)
@@ -68,13 +87,16 @@ def request_from_proto(
     drafter = msg.speculation.drafter or defaults.drafter
     if drafter not in DRAFTER_NAMES:
         raise InvalidArgument("speculation.drafter", f"unknown drafter {drafter!r}; choose one of {', '.join(DRAFTER_NAMES)}")
-    k, nodes = _tree_shape(msg.speculation, limits, defaults)
+    k, nodes = _tree_shape(msg.speculation, limits, *defaults.shape(drafter))
     acceptance = acceptance_from_proto(msg.acceptance)
     acceptance.validate("acceptance", greedy=sampling.greedy)
     policy = msg.speculation.draft_policy or defaults.draft_policy
     if policy not in POLICY_NAMES:
         raise InvalidArgument("speculation.draft_policy", f"unknown draft policy {policy!r}; choose one of {', '.join(POLICY_NAMES)}")
-    overlap = msg.speculation.overlap if msg.speculation.HasField("overlap") else defaults.overlap
+    if msg.speculation.HasField("overlap"):
+        overlap = msg.speculation.overlap
+    else:
+        overlap = defaults.overlap == "on" or (defaults.overlap == "greedy" and sampling.greedy)
     return GenerationRequest(
         prompt_token_ids=prompt,
         max_new_tokens=msg.max_new_tokens,
@@ -90,10 +112,10 @@ def request_from_proto(
     )
 
 
-def _tree_shape(msg: drafter_pb2.SpeculationParams, limits: VerifierLimits, defaults: Defaults) -> tuple[int, int]:
+def _tree_shape(msg: drafter_pb2.SpeculationParams, limits: VerifierLimits, default_k: int, default_nodes: int) -> tuple[int, int]:
     """(depth, nodes) of each round's token tree, within the verifier's limits."""
     max_depth = min(limits.max_draft_depth, limits.max_draft_tokens)
-    k = msg.num_draft_tokens if msg.HasField("num_draft_tokens") else min(defaults.num_draft_tokens, max_depth)
+    k = msg.num_draft_tokens if msg.HasField("num_draft_tokens") else min(default_k, max_depth)
     if not 0 <= k <= max_depth:
         raise InvalidArgument("speculation.num_draft_tokens", f"must be in [0, {max_depth}] (the verifier's limit), got {k}")
     if msg.HasField("max_tree_nodes"):
@@ -105,7 +127,7 @@ def _tree_shape(msg: drafter_pb2.SpeculationParams, limits: VerifierLimits, defa
             )
         return k, nodes
     # The default shape scales with the draft length: a chain of k plus the same share of branches.
-    nodes = k * defaults.max_tree_nodes // max(defaults.num_draft_tokens, 1)
+    nodes = k * default_nodes // max(default_k, 1)
     return k, min(max(nodes, k), limits.max_draft_tokens)
 
 

@@ -11,8 +11,9 @@ import grpc
 
 from drafter_svc.discovery import discovery_from_target
 from drafter_svc.draft_policy import POLICY_NAMES, PolicyState
-from drafter_svc.drafter import DrafterModels
-from drafter_svc.protocol import Defaults
+from drafter_svc.drafter import DRAFTER_NAMES, MODEL_DRAFTERS, DrafterModels, resolve_default_drafter
+from drafter_svc.onnx_drafter import load_draft_model
+from drafter_svc.protocol import OVERLAP_MODES, Defaults
 from drafter_svc.resumable_session import ResumePolicy
 from drafter_svc.servicer import DrafterServicer
 from drafter_svc.settings import DrafterSettings
@@ -45,12 +46,6 @@ def make_pool(config: DrafterSettings, tokenizer: Tokenizer) -> VerifierPool:
 async def run(config: DrafterSettings) -> None:
     tokenizer = Tokenizer(tokenizer_dir(config.model))
     pool = make_pool(config, tokenizer)
-    defaults = Defaults(
-        config.drafter, config.num_draft_tokens, config.max_tree_nodes, config.max_new_tokens_cap,
-        config.draft_policy, config.overlap, config.max_prompt_tokens,
-    )
-    if config.draft_policy not in POLICY_NAMES:
-        raise SystemExit(f"--draft-policy: unknown policy {config.draft_policy!r}; choose one of {', '.join(POLICY_NAMES)}")
     metrics = DrafterMetrics()
     metrics.verifiers_ready.set_function(lambda: sum(m.ready for m in pool.members.values()))
     serve_metrics(metrics.registry, config.host, config.metrics_port)
@@ -62,9 +57,26 @@ async def run(config: DrafterSettings) -> None:
         tokenizer.fingerprint,
         config.onnx_threads,
         config.onnx_tail_mass,
+        config.onnx_prompt_window,
     )
     if not 0.0 <= config.onnx_tail_mass < 1.0:
         raise SystemExit(f"--onnx-tail-mass: must be in [0, 1), got {config.onnx_tail_mass}")
+    if config.onnx_prompt_window < 0:
+        raise SystemExit(f"--onnx-prompt-window: must be >= 0, got {config.onnx_prompt_window}")
+    if config.draft_policy not in POLICY_NAMES:
+        raise SystemExit(f"--draft-policy: unknown policy {config.draft_policy!r}; choose one of {', '.join(POLICY_NAMES)}")
+    if config.overlap not in OVERLAP_MODES:
+        raise SystemExit(f"--overlap: {config.overlap!r} is not one of {', '.join(OVERLAP_MODES)}")
+    drafter = resolve_default_drafter(config.drafter, models)
+    if drafter not in DRAFTER_NAMES:
+        raise SystemExit(f"--drafter: unknown drafter {config.drafter!r}; choose auto or one of {', '.join(DRAFTER_NAMES)}")
+    if drafter in MODEL_DRAFTERS:  # loaded now, not by the first request
+        load_draft_model(models.folders[MODEL_DRAFTERS[drafter]], models.threads)
+    log.info("default drafter: %s%s", drafter, " (auto)" if config.drafter == "auto" else "")
+    defaults = Defaults(
+        drafter, config.num_draft_tokens, config.max_tree_nodes, config.max_new_tokens_cap,
+        config.draft_policy, config.overlap, config.max_prompt_tokens, config.model_num_draft_tokens, config.model_max_tree_nodes,
+    )
     resume = ResumePolicy(config.resume_attempts, config.resume_backoff_seconds)
     servicer = DrafterServicer(
         pool, defaults, metrics, PolicyState(config.stop_threshold, config.load_weight), models, resume

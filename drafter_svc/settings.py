@@ -22,7 +22,10 @@ class DrafterSettings:
         default="", metadata={"help": "name the verifiers' certificates must carry (pods are dialled by IP; empty: the address)"}
     )
     model: str = field(default="default", metadata={"help": "tokenizer source: 'default', a .gguf file or a model folder"})
-    drafter: str = field(default="copy", metadata={"help": "drafter used when a request names none"})
+    drafter: str = field(
+        default="auto",
+        metadata={"help": "drafter used when a request names none; auto: onnx-quantized if `specdec draft build quantized` has built it, else copy"},
+    )
     onnx_quantized_dir: str = field(
         default="", metadata={"help": "model folder of the onnx-quantized drafter (empty: where `specdec draft build quantized` puts it for --model)"}
     )
@@ -34,6 +37,10 @@ class DrafterSettings:
         default=1e-2,
         metadata={"help": "model drafters: mass of q's least likely tokens left unsent when nothing truncates q (fewer bytes, alpha lower by at most this)"},
     )
+    onnx_prompt_window: int = field(
+        default=512,
+        metadata={"help": "model drafters read only the prompt's last this many tokens (and all generated ones): a shorter drafter prefill; 0: the whole prompt"},
+    )
     num_draft_tokens: int = field(default=8, metadata={"help": "draft length (tree depth) used when a request sets none"})
     # Trees of 2x the draft length gave the longest mean acceptance length per target pass in
     # three bench runs (bench/results/spec_bench-20261122-024820, -025633, -030646), at no
@@ -41,6 +48,10 @@ class DrafterSettings:
     max_tree_nodes: int = field(
         default=16, metadata={"help": "tree nodes per round at the default draft length (scaled with a request's own length)"}
     )
+    # The model drafters' own default shape: a chain (siblings cost them leaf draws that mostly
+    # end the walk early at temperature 1; README, "ONNX drafters"), 6 deep under `auto`.
+    model_num_draft_tokens: int = field(default=6, metadata={"help": "draft length used when a request names none, for the model drafters (onnx-*)"})
+    model_max_tree_nodes: int = field(default=6, metadata={"help": "tree nodes per round at the model drafters' default draft length"})
     # `auto` is the default: in bench/results/spec_bench-20261122-1443* and later (README,
     # "Draft-length policies") it is within the run-to-run noise of the best fixed length chosen
     # after the fact, and under load it prices drafts with the verifier's pass costs and turns
@@ -49,7 +60,13 @@ class DrafterSettings:
         default="auto",
         metadata={"help": "draft-length policy when a request names none: auto, fixed, leviathan, specdec++, copy-confidence"},
     )
-    overlap: bool = field(default=False, metadata={"help": "draft the next round while the verifier checks this one"})
+    # Overlap at temperature 0 only: there the pre-draft's guess of the next token mostly hits;
+    # at temperature 1 it mostly misses and its drafting competes with the verifier for the CPU
+    # (README, "Defaults").
+    overlap: str = field(
+        default="greedy",
+        metadata={"help": "draft the next round while the verifier checks this one when a request does not say: on, off, or greedy (at temperature 0 only)"},
+    )
     stop_threshold: float = field(
         default=0.5, metadata={"help": "specdec++ policy: stop drafting once P(some draft is rejected) exceeds this"}
     )

@@ -108,7 +108,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     demo = commands.add_parser("demo", help="start both services locally and compare speculation on and off")
     demo.add_argument("--max-new-tokens", type=int, default=96)
-    demo.add_argument("--num-draft-tokens", type=int, default=8)
+    demo.add_argument("--num-draft-tokens", type=int, default=None, help="draft length (default: the drafter service's)")
+    demo.add_argument("--build", action=argparse.BooleanOptionalAction, default=True,
+                      help="build the default onnx-quantized drafter first if it is not built (default: on; off: copy drafter)")
 
     commands.add_parser("bench", help="benchmark on ../shared/bench (flags: specdec bench --help)", add_help=False)
     commands.add_parser("bench-lossy", help="exact vs. lossy acceptance rules on ../shared/bench (flags: specdec bench-lossy --help)",
@@ -153,7 +155,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _health(args)
     from specdec.demo import main as demo_main
 
-    return demo_main(args.max_new_tokens, args.num_draft_tokens)
+    return demo_main(args.max_new_tokens, args.num_draft_tokens, args.build)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,7 @@
 """`specdec demo`: both services as separate processes on loopback with the default model;
-a few built-in prompts with and without speculation; a table of speeds and acceptance."""
+a few built-in prompts with the drafter service's default speculation and without any; a table
+of speeds and acceptance. The default drafter is the int8 copy of the target (onnx-quantized),
+built once (about 30 s) on the first demo; with --no-build the copy drafter stands in."""
 
 from __future__ import annotations
 
@@ -33,37 +35,53 @@ PROMPTS: dict[str, str] = {
 }
 
 
-def _run(client: Client, prompt: str, max_new_tokens: int, k: int) -> GenerationResult:
+def _run(client: Client, prompt: str, max_new_tokens: int, k: int | None) -> GenerationResult:
+    """k None: the server's default speculation; 0: none."""
     return client.generate(
-        messages=[{"role": "user", "content": prompt}], max_new_tokens=max_new_tokens, temperature=0.0,
-        drafter="copy", num_draft_tokens=k,
+        messages=[{"role": "user", "content": prompt}], max_new_tokens=max_new_tokens, temperature=0.0, num_draft_tokens=k,
     )
 
 
-def main(max_new_tokens: int = 96, num_draft_tokens: int = 8) -> int:
+def _build_default_drafter() -> None:
+    """Build the onnx-quantized drafter unless it is built (the drafter service's default then)."""
+    from specdec.model_files import drafter_dir
+
+    if (drafter_dir("default", "quantized") / "manifest.json").is_file():
+        return
+    print("building the default drafter, an int8 ONNX copy of the target (once, about 30 s) ...", flush=True)
+    from drafter_build.build import build  # torch + transformers: only here
+
+    build("quantized")
+
+
+def main(max_new_tokens: int = 96, num_draft_tokens: int | None = None, build: bool = True) -> int:
+    if build:
+        _build_default_drafter()
     log_dir = Path(tempfile.mkdtemp(prefix="specdec-demo-"))
     print(f"starting verifier and drafter (logs in {log_dir}) ...", flush=True)
     with LocalCluster(log_dir) as cluster, Client(cluster.address) as client:
         print(f"drafter at {cluster.address}, verifier at {cluster.verifier.address}\n", flush=True)
-        print("streamed with the copy drafter:\n")
+        print("streamed with the default speculation:\n")
         for chunk in client.stream(
             messages=[{"role": "user", "content": PROMPTS["code edit"]}], max_new_tokens=max_new_tokens,
-            temperature=0.0, drafter="copy", num_draft_tokens=num_draft_tokens,
+            temperature=0.0, num_draft_tokens=num_draft_tokens,
         ):
             sys.stdout.write(chunk.text)
             sys.stdout.flush()
         print("\n")
         _run(client, "Hi", 4, num_draft_tokens)  # warm both paths
-        rows, speedups = [], []
+        rows, speedups, drafter = [], [], ""
         for name, prompt in PROMPTS.items():
             base = _run(client, prompt, max_new_tokens, 0)
             spec = _run(client, prompt, max_new_tokens, num_draft_tokens)
+            drafter = f"{spec.stats.drafter} drafter, {spec.stats.draft_policy} draft length up to {spec.stats.num_draft_tokens}"
+            drafter += ", overlapped drafting" if spec.stats.overlap else ""
             same = "yes" if base.token_ids == spec.token_ids else "NO"
             speedup = spec.stats.tokens_per_second / base.stats.tokens_per_second
             speedups.append(speedup)
             rows.append((name, base.stats.tokens_per_second, spec.stats.tokens_per_second, speedup,
                          spec.stats.acceptance_rate, spec.stats.mean_acceptance_length, same))
-    print(f"temperature 0, {max_new_tokens} new tokens, copy drafter with {num_draft_tokens} draft tokens vs. no speculation")
+    print(f"temperature 0, {max_new_tokens} new tokens, {drafter} vs. no speculation")
     print(f"{'prompt':<10} {'base tok/s':>10} {'spec tok/s':>10} {'speedup':>8} {'accept':>7} {'mean len':>9} {'same output':>12}")
     for name, b, s, up, acc, mal, same in rows:
         print(f"{name:<10} {b:>10.1f} {s:>10.1f} {up:>7.2f}x {acc:>7.2f} {mal:>9.2f} {same:>12}")

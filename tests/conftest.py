@@ -34,13 +34,14 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """A verifier and a drafter as separate processes, shared by the integration tests.
 
     The verifier's tree limits (16 nodes, depth 8) and the drafter's max_new_tokens cap are set
-    low so that the limit checks can be exercised cheaply.
+    low so that the limit checks can be exercised cheaply. The default drafter is named (copy):
+    `auto` would pick onnx-quantized whenever an earlier test had built it.
     """
     logs: Path = tmp_path_factory.mktemp("cluster-logs")
     with LocalCluster(
         logs,
         verifier_args=["--max-draft-tokens", "16", "--max-draft-depth", "8", "--max-sessions", "8"],
-        drafter_args=["--max-new-tokens-cap", "512"],
+        drafter_args=["--max-new-tokens-cap", "512", "--drafter", "copy"],
     ) as c:
         yield c
 

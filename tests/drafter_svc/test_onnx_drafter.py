@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from drafter_svc.draft_sampling import draft_distribution
-from drafter_svc.drafter import ROOT, DrafterModels, make_drafter
+from drafter_svc.drafter import ROOT, DrafterModels, make_drafter, resolve_default_drafter
 from drafter_svc.onnx_drafter import OnnxDrafter, load_draft_model
 from specdec.errors import FailedPrecondition
 from specdec.sampling_params import SamplingParams
@@ -110,6 +110,26 @@ def test_cache_keeps_accepted_drafts_and_runs_only_new_tokens(tiny) -> None:  # 
     assert d.model_calls == 4 + 1 + 3
 
 
+def test_prefill_leaves_only_the_last_token_to_run(tiny) -> None:  # type: ignore[no-untyped-def]
+    _, folder = tiny
+    prefilled, fresh = drafter(folder, SamplingParams(0.0)), drafter(folder, SamplingParams(0.0))
+    prefilled.prefill(CONTEXT)
+    assert prefilled.model_calls == 1
+    assert prefilled.propose(CONTEXT + [5], 4) == fresh.propose(CONTEXT + [5], 4)  # the verifier's token, then drafts
+    assert prefilled.model_calls == 1 + 4  # the new token in one call (the prompt was not run again), 3 more drafts
+
+
+def test_a_window_reads_the_prompts_last_tokens_and_everything_after(tiny) -> None:  # type: ignore[no-untyped-def]
+    _, folder = tiny
+    model = load_draft_model(folder)
+    windowed = OnnxDrafter(model, SamplingParams(0.0), np.random.default_rng(0), window=3)
+    whole = OnnxDrafter(model, SamplingParams(0.0), np.random.default_rng(0), window=0)
+    first = windowed.propose(CONTEXT, 4)
+    assert first == whole.propose(CONTEXT[-3:], 4)
+    grown = CONTEXT + first.token_ids[:2] + [5]  # two drafts accepted, then the verifier's token
+    assert windowed.propose(grown, 4) == whole.propose(grown[-6:], 4)  # the window's start stays put
+
+
 def test_greedy_tree_branches_with_the_next_most_likely_tokens(tiny) -> None:  # type: ignore[no-untyped-def]
     model, folder = tiny
     draft = drafter(folder, SamplingParams(0.0)).propose(CONTEXT, 3, 7)
@@ -166,6 +186,15 @@ def test_missing_or_foreign_model_is_a_failed_precondition(tiny, tmp_path: Path)
     with pytest.raises(FailedPrecondition, match="another tokenizer"):
         make_drafter("onnx-small", models=DrafterModels({"small": folder}, "some-other-fingerprint"))
     assert load_draft_model(folder) is load_draft_model(folder)  # one model per process
+
+
+def test_auto_default_drafter_is_the_built_quantized_model_else_copy(tiny, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    _, folder = tiny
+    built = DrafterModels({"quantized": folder}, FINGERPRINT)
+    assert resolve_default_drafter("auto", built) == "onnx-quantized"
+    assert resolve_default_drafter("auto", DrafterModels({"quantized": tmp_path}, FINGERPRINT)) == "copy"  # not built
+    assert resolve_default_drafter("auto", DrafterModels({"quantized": folder}, "another-tokenizer")) == "copy"
+    assert resolve_default_drafter("ngram", built) == "ngram"  # a named drafter is kept
 
 
 @pytest.mark.slow

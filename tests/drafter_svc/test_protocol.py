@@ -79,9 +79,32 @@ def test_draft_policy_and_overlap_from_request_or_defaults(tokenizer) -> None:  
 
     assert policy() == ("auto", False)  # the server's defaults
     assert policy(draft_policy="specdec++", overlap=True) == ("specdec++", True)
-    overlapping = Defaults("copy", 4, 12, 512, draft_policy="leviathan", overlap=True)
+    overlapping = Defaults("copy", 4, 12, 512, draft_policy="leviathan", overlap="on")
     request = request_from_proto(build_request(token_ids=[1], overlap=False), tokenizer, LIMITS, overlapping)
     assert (request.draft_policy, request.overlap) == ("leviathan", False)  # an explicit False wins
+
+
+def test_overlap_greedy_means_at_temperature_0_only(tokenizer) -> None:  # type: ignore[no-untyped-def]
+    greedy_only = Defaults("copy", 4, 12, 512, overlap="greedy")
+
+    def overlap(**fields) -> bool:  # type: ignore[no-untyped-def]
+        return request_from_proto(build_request(token_ids=[1], **fields), tokenizer, LIMITS, greedy_only).overlap
+
+    assert overlap(temperature=0.0) is True
+    assert overlap(temperature=1.0) is False
+    assert overlap(temperature=0.0, overlap=False) is False  # the request's own choice wins
+    assert overlap(temperature=0.7, overlap=True) is True
+    with pytest.raises(ValueError, match="overlap"):
+        Defaults("copy", 4, 12, 512, overlap="sometimes")
+
+
+def test_model_drafters_get_their_own_default_shape(tokenizer) -> None:  # type: ignore[no-untyped-def]
+    defaults = Defaults("copy", 8, 16, 512, model_num_draft_tokens=6, model_max_tree_nodes=6)
+    assert shape(tokenizer, defaults) == (8, 16)
+    assert shape(tokenizer, defaults, drafter="ngram") == (8, 16)
+    assert shape(tokenizer, defaults, drafter="onnx-quantized") == (6, 6)
+    assert shape(tokenizer, defaults, drafter="onnx-quantized", num_draft_tokens=3) == (3, 3)
+    assert Defaults("onnx-quantized", 8, 16, 512).shape("onnx-quantized") == (6, 6)
 
 
 def test_unknown_draft_policy_is_refused(tokenizer) -> None:  # type: ignore[no-untyped-def]
