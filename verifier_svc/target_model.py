@@ -27,7 +27,8 @@ CUDA_ATTENTION_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTE
 
 
 def attention_kernels(device: torch.device) -> contextlib.AbstractContextManager:
-    """The context a target pass runs in: on CUDA, SDPA limited to CUDA_ATTENTION_BACKENDS."""
+    """The context a target pass runs in: on CUDA, SDPA limited to CUDA_ATTENTION_BACKENDS.
+    torch's sdpa_kernel sets process-wide flags until the pass ends: passes run on one thread."""
     return sdpa_kernel(CUDA_ATTENTION_BACKENDS) if device.type == "cuda" else contextlib.nullcontext()
 
 
