@@ -28,7 +28,7 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 from verifier_svc.kv_cache import KVCache
-from verifier_svc.target_model import TargetModel
+from verifier_svc.target_model import TargetModel, attention_kernels
 from verifier_svc.token_tree import TokenTree, tree_attention_mask, tree_position_ids
 
 
@@ -131,13 +131,14 @@ def score_batch(target: TargetModel, inputs: Sequence[PassInput]) -> list[torch.
         ids[b, len(tokens) :] = tokens[-1]
     additive = torch.zeros(mask.shape, dtype=target.dtype).masked_fill_(~mask, torch.finfo(target.dtype).min)
     batch_cache = _padded_cache(inputs, cached, new, target)
-    hidden = target.model.base_model(
-        input_ids=ids.to(target.device),
-        position_ids=positions.to(target.device),
-        attention_mask=additive[:, None].to(target.device),
-        past_key_values=batch_cache,
-        use_cache=True,
-    ).last_hidden_state  # [B, new, hidden]
+    with attention_kernels(target.device):
+        hidden = target.model.base_model(
+            input_ids=ids.to(target.device),
+            position_ids=positions.to(target.device),
+            attention_mask=additive[:, None].to(target.device),
+            past_key_values=batch_cache,
+            use_cache=True,
+        ).last_hidden_state  # [B, new, hidden]
     # Only the rows acceptance reads go through the output head: the root's and the nodes'.
     rows = [(b, len(x.pending) - 1 + i) for b, x in enumerate(inputs) for i in range(len(x.tree) + 1)]
     picked = hidden[[b for b, _ in rows], [t for _, t in rows]]  # [sum(n_b + 1), hidden]

@@ -3,9 +3,11 @@ session's cache: one pass, with the tree attention mask (SpecInfer; Stratos, sec
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformers import PreTrainedModel
 
 from verifier_svc.kv_cache import KVCache
@@ -15,6 +17,19 @@ from verifier_svc.token_tree import TokenTree, tree_attention_mask, tree_positio
 # torch 2.13's MKL on a 2-core AMD EPYC: the model's linear layers take 10 ms for 1 row, 23 ms
 # for 2, 34 ms for 3, 17 ms for 4), so a 2- or 3-token pass is padded to this many tokens.
 CPU_MIN_PASS_TOKENS = 4
+
+# On CUDA, the attention kernels a pass may use: not cuDNN's. With a mask in bfloat16, torch
+# 2.11 picks cuDNN's attention, which builds an execution plan for every new shape, and nearly
+# every pass has a new one (the key length grows each round; batches vary). Measured on an H100
+# (SmolLM2-135M, one-token rounds): 95 ms per round at new key lengths, 32 ms at lengths seen
+# before; without cuDNN (the memory-efficient kernel) 45 ms either way. float32 never used it.
+CUDA_ATTENTION_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+
+
+def attention_kernels(device: torch.device) -> contextlib.AbstractContextManager:
+    """The context a target pass runs in: on CUDA, SDPA limited to CUDA_ATTENTION_BACKENDS.
+    torch's sdpa_kernel sets process-wide flags until the pass ends: passes run on one thread."""
+    return sdpa_kernel(CUDA_ATTENTION_BACKENDS) if device.type == "cuda" else contextlib.nullcontext()
 
 
 class TargetModel:
@@ -60,13 +75,14 @@ class TargetModel:
             mask = torch.cat([mask, pad_rows], dim=0)
         # An additive float mask: what both the eager and the SDPA attention accept.
         additive = torch.zeros(mask.shape, dtype=self.dtype).masked_fill_(~mask, torch.finfo(self.dtype).min)
-        out = self.model(
-            input_ids=torch.tensor([ids], dtype=torch.long, device=self.device),
-            position_ids=positions.unsqueeze(0).to(self.device),
-            attention_mask=additive[None, None].to(self.device),
-            past_key_values=cache.cache,
-            use_cache=True,
-            logits_to_keep=n + 1 + padding,
-        )
+        with attention_kernels(self.device):
+            out = self.model(
+                input_ids=torch.tensor([ids], dtype=torch.long, device=self.device),
+                position_ids=positions.unsqueeze(0).to(self.device),
+                attention_mask=additive[None, None].to(self.device),
+                past_key_values=cache.cache,
+                use_cache=True,
+                logits_to_keep=n + 1 + padding,
+            )
         cache.truncate(start + real)
         return out.logits[0, : n + 1].float().cpu()  # the kept rows end with the padding
