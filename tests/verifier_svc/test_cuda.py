@@ -197,7 +197,7 @@ def first_tokens(target: TargetModel, prompt_ids: list[int], round_: RoundInput,
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_speculative_sampling_follows_the_target_distribution(target: TargetModel, tokenizer, case: str) -> None:  # type: ignore[no-untyped-def]
-    prompt, max_tree_nodes, width = CASES[case]
+    prompt, max_tree_nodes, width, _ = CASES[case]  # the sample count here is this module's own
     prompt_ids = tokenizer.encode(prompt)
     draft = CopyDrafter().propose(prompt_ids, 1, max_tree_nodes)
     assert len(draft.token_ids) == width
