@@ -207,7 +207,6 @@ class Scheduler:
         if self.on_pass:
             self.on_pass(record)
 
-
     def _rate(self, session: Session) -> AcceptanceRate:
         rate = self._session_acceptance.get(session)
         if rate is None:
