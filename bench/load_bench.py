@@ -1,15 +1,23 @@
 """Load benchmark: N concurrent clients against one drafter + one verifier, speculation on vs off.
 
-For each N (default 1 2 4 8 16 32) and each mode (on: the drafter's default speculation; off:
-num_draft_tokens = 0, one target pass per token), N asyncio clients each send Spec-Bench prompts
-(client i starts at prompt i, round-robin over the rows) back to back for `--seconds`; a
-request started inside the window runs to its end and counts. Per (N, mode): aggregate
-throughput (generated tokens / wall time from start until the last request ends), p50/p99
-time to first token, p50/p99 per-token latency ((last - first token time) / (tokens - 1) per
-request). Greedy decoding. Prints a markdown table and writes JSON (and a PNG when matplotlib is
-installed) under bench/results/.
+For each N (default 1 2 4 8 16 32) the benchmark runs paired rounds: a round is N requests sent
+at once on one channel (client k of round r gets prompt r N + k, cycling over the Spec-Bench
+rows), the whole round is run once with the drafter's default speculation and once with it off
+(num_draft_tokens = 0), in alternating order (on/off, off/on, ...) so that drift of the machine
+falls on both modes alike. Decoding is greedy and speculation exact, so both halves of a pair
+generate the same tokens from the same prompts: a pair's throughput ratio compares identical
+work, and the median over pairs (with its min-max spread) is the figure reported. Rounds repeat
+until `--seconds` per N is spent, at least `--min-pairs` and at most `--max-pairs` pairs. Run
+the verifier with its prefix cache off (`--verifier-arg=--prefix-cache-tokens=0`), or the
+second half of each pair would reuse the first half's prefills.
 
-    flock /tmp/specdec-cpu.lock python -m bench.load_bench --clients 1 2 4 8 --seconds 20
+Per (N, mode): aggregate throughput (generated tokens / wall time of its rounds), p50/p99 time
+to first token, p50/p99 per-token latency ((last - first token time) / (tokens - 1) per
+request), drafted nodes and target passes per token. Prints a markdown table and writes JSON
+and a PNG (with matplotlib) under bench/results/.
+
+    flock /tmp/specdec-cpu.lock python -m bench.load_bench --clients 1 2 4 8 16 32 --seconds 60 \
+        --max-new-tokens 48 --per-row 4 --verifier-arg=--prefix-cache-tokens=0
 """
 
 from __future__ import annotations
@@ -36,12 +44,15 @@ RESULTS = Path(__file__).resolve().parent / "results"
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--clients", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32])
-    p.add_argument("--seconds", type=float, default=20.0, help="window per (N, mode)")
-    p.add_argument("--max-new-tokens", type=int, default=64)
-    p.add_argument("--per-row", type=int, default=6, help="prompts per Spec-Bench task")
+    p.add_argument("--seconds", type=float, default=60.0, help="time per N; pairs repeat until it is spent")
+    p.add_argument("--min-pairs", type=int, default=3, help="on/off pairs per N at least")
+    p.add_argument("--max-pairs", type=int, default=12, help="on/off pairs per N at most")
+    p.add_argument("--max-new-tokens", type=int, default=48)
+    p.add_argument("--per-row", type=int, default=4, help="prompts per Spec-Bench task")
     p.add_argument("--verifier-arg", action="append", default=[], help="extra flag for the verifier (repeatable)")
     p.add_argument("--drafter-arg", action="append", default=[], help="extra flag for the drafter (repeatable)")
     p.add_argument("--out", type=Path, default=RESULTS)
+    p.add_argument("--render", type=Path, help="only redraw the table (.md) and plot (.png) of this run's JSON")
     return p.parse_args(argv)
 
 
@@ -52,56 +63,84 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-async def one_client(client: AsyncClient, prompts: Sequence[Prompt], start: int, until: float, max_new_tokens: int,
-                     speculate: bool, samples: list[dict]) -> None:
-    i = start
-    while time.perf_counter() < until:
-        prompt = prompts[i % len(prompts)]
-        i += 1
-        sent = time.perf_counter()
-        times: list[float] = []
-        tokens = 0
-        stats = None
-        kwargs = {} if speculate else {"num_draft_tokens": 0}
-        async for chunk in client.stream(messages=prompt.messages, max_new_tokens=max_new_tokens, temperature=0.0, **kwargs):
-            if chunk.token_ids:
-                times.append(time.perf_counter())
-                tokens += len(chunk.token_ids)
-            stats = chunk.stats or stats
-        if tokens:
-            samples.append({
-                "tokens": tokens,
-                "ttft": times[0] - sent,
-                "per_token": (times[-1] - times[0]) / (tokens - 1) if tokens > 1 else None,
-                "rounds": stats.rounds if stats else 0,
-                "drafted": stats.drafted_tokens if stats else 0,
-                "accepted": stats.accepted_tokens if stats else 0,
-            })
+async def one_request(client: AsyncClient, prompt: Prompt, max_new_tokens: int, speculate: bool) -> dict | None:
+    sent = time.perf_counter()
+    times: list[float] = []
+    tokens = 0
+    stats = None
+    kwargs = {} if speculate else {"num_draft_tokens": 0}
+    async for chunk in client.stream(messages=prompt.messages, max_new_tokens=max_new_tokens, temperature=0.0, **kwargs):
+        if chunk.token_ids:
+            times.append(time.perf_counter())
+            tokens += len(chunk.token_ids)
+        stats = chunk.stats or stats
+    if not tokens:
+        return None
+    return {
+        "tokens": tokens,
+        "ttft": times[0] - sent,
+        "per_token": (times[-1] - times[0]) / (tokens - 1) if tokens > 1 else None,
+        "rounds": stats.rounds if stats else 0,
+        "drafted": stats.drafted_tokens if stats else 0,
+        "accepted": stats.accepted_tokens if stats else 0,
+    }
 
 
-async def measure(address: str, prompts: Sequence[Prompt], clients: int, seconds: float, max_new_tokens: int, speculate: bool) -> dict:
-    samples: list[dict] = []
+async def run_round(client: AsyncClient, batch: Sequence[Prompt], max_new_tokens: int, speculate: bool) -> dict:
+    """All of `batch` at once, one request per prompt; (tokens, seconds until the last ends, samples)."""
+    started = time.perf_counter()
+    results = await asyncio.gather(*(one_request(client, p, max_new_tokens, speculate) for p in batch))
+    samples = [r for r in results if r is not None]
+    return {"tokens": sum(s["tokens"] for s in samples), "seconds": time.perf_counter() - started, "samples": samples}
+
+
+async def measure(address: str, prompts: Sequence[Prompt], clients: int, args: argparse.Namespace) -> tuple[list[dict], list[dict]]:
+    """Paired rounds at N = clients (module docstring): the two modes' rows and the pairs."""
+    runs: dict[bool, list[dict]] = {True: [], False: []}
+    pairs: list[dict] = []
     async with AsyncClient(address) as client:  # one channel, many streams
         started = time.perf_counter()
-        until = started + seconds
-        await asyncio.gather(*(one_client(client, prompts, k, until, max_new_tokens, speculate, samples) for k in range(clients)))
-        elapsed = time.perf_counter() - started
+        while len(pairs) < args.min_pairs or (len(pairs) < args.max_pairs and time.perf_counter() - started < args.seconds):
+            r = len(pairs)
+            batch = [prompts[(r * clients + k) % len(prompts)] for k in range(clients)]
+            pair: dict[bool, dict] = {}
+            for speculate in ((True, False) if r % 2 == 0 else (False, True)):
+                pair[speculate] = await run_round(client, batch, args.max_new_tokens, speculate)
+                runs[speculate].append(pair[speculate])
+            on, off = (pair[m]["tokens"] / pair[m]["seconds"] for m in (True, False))
+            pairs.append({"clients": clients, "spec_tokens_per_second": on, "plain_tokens_per_second": off, "ratio": on / off,
+                          "spec_tokens": pair[True]["tokens"], "plain_tokens": pair[False]["tokens"]})
+            print(f"N={clients:>2} pair {r}: spec {on:6.1f} plain {off:6.1f} tok/s, ratio {on / off:.2f}", flush=True)
+    return [summarize(clients, m, runs[m], pairs) for m in (True, False)], pairs
+
+
+def summarize(clients: int, speculate: bool, rounds: Sequence[dict], pairs: Sequence[dict]) -> dict:
+    samples = [s for r in rounds for s in r["samples"]]
+    tokens = sum(r["tokens"] for r in rounds)
+    seconds = sum(r["seconds"] for r in rounds)
+    ratios = [p["ratio"] for p in pairs]
     ttft = [s["ttft"] for s in samples]
     per_token = [s["per_token"] for s in samples if s["per_token"] is not None]
     return {
         "clients": clients,
         "speculation": speculate,
         "requests": len(samples),
-        "tokens": sum(s["tokens"] for s in samples),
-        "seconds": elapsed,
-        "tokens_per_second": sum(s["tokens"] for s in samples) / elapsed,
+        "tokens": tokens,
+        "seconds": seconds,
+        "tokens_per_second": tokens / seconds,
+        # Per pair: this mode's throughput; and the pairs' spec/plain ratios (the same in both rows).
+        "pair_tokens_per_second": [p["spec_tokens_per_second" if speculate else "plain_tokens_per_second"] for p in pairs],
+        "ratio_median": statistics.median(ratios),
+        "ratio_min": min(ratios),
+        "ratio_max": max(ratios),
+        "pairs": len(pairs),
         "ttft_p50": percentile(ttft, 0.5),
         "ttft_p99": percentile(ttft, 0.99),
         "per_token_p50": percentile(per_token, 0.5),
         "per_token_p99": percentile(per_token, 0.99),
         # What speculation did: drafted tokens and target passes per generated token.
-        "drafted_per_token": sum(s["drafted"] for s in samples) / max(1, sum(s["tokens"] for s in samples)),
-        "passes_per_token": sum(s["rounds"] for s in samples) / max(1, sum(s["tokens"] for s in samples)),
+        "drafted_per_token": sum(s["drafted"] for s in samples) / max(1, tokens),
+        "passes_per_token": sum(s["rounds"] for s in samples) / max(1, tokens),
     }
 
 
@@ -111,8 +150,9 @@ def table(rows: Sequence[dict]) -> str:
 
     by = {(r["clients"], r["speculation"]): r for r in rows}
     lines = [
-        "| N | tok/s spec | tok/s plain | spec/plain | TTFT p50/p99 ms spec | TTFT p50/p99 ms plain | per-token p50/p99 ms spec | per-token p50/p99 ms plain | spec: drafted / passes per token |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| N | tok/s spec | tok/s plain | spec/plain | pairs' spec/plain: median (min-max) | pairs | TTFT p50/p99 ms spec | TTFT p50/p99 ms plain "
+        "| per-token p50/p99 ms spec | per-token p50/p99 ms plain | spec: drafted / passes per token |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for n in sorted({r["clients"] for r in rows}):
         on, off = by.get((n, True)), by.get((n, False))
@@ -120,6 +160,7 @@ def table(rows: Sequence[dict]) -> str:
             continue
         lines.append(
             f"| {n} | {on['tokens_per_second']:.1f} | {off['tokens_per_second']:.1f} | {on['tokens_per_second'] / off['tokens_per_second']:.2f} "
+            f"| {on['ratio_median']:.2f} ({on['ratio_min']:.2f}-{on['ratio_max']:.2f}) | {on['pairs']} "
             f"| {ms(on['ttft_p50'])}/{ms(on['ttft_p99'])} | {ms(off['ttft_p50'])}/{ms(off['ttft_p99'])} "
             f"| {ms(on['per_token_p50'])}/{ms(on['per_token_p99'])} | {ms(off['per_token_p50'])}/{ms(off['per_token_p99'])} "
             f"| {on.get('drafted_per_token', 0):.2f} / {on.get('passes_per_token', 0):.2f} |"
@@ -128,6 +169,7 @@ def table(rows: Sequence[dict]) -> str:
 
 
 def plot(rows: Sequence[dict], path: Path) -> bool:
+    """Left: aggregate throughput per mode (bars: min-max over pairs); right: spec/plain per pair."""
     try:
         import matplotlib
 
@@ -135,17 +177,30 @@ def plot(rows: Sequence[dict], path: Path) -> bool:
         import matplotlib.pyplot as plt
     except ImportError:
         return False
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
     for speculate, label in ((True, "speculation on"), (False, "speculation off")):
-        points = sorted((r["clients"], r["tokens_per_second"]) for r in rows if r["speculation"] is speculate)
-        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=label)
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("concurrent clients N")
-    ax.set_ylabel("aggregate tokens/s")
-    ax.set_title("specdec load benchmark (greedy, one CPU verifier)")
-    ax.set_ylim(bottom=0)
-    ax.grid(True, alpha=0.3)
-    ax.legend()
+        mine = sorted((r for r in rows if r["speculation"] is speculate), key=lambda r: r["clients"])
+        n = [r["clients"] for r in mine]
+        y = [r["tokens_per_second"] for r in mine]
+        low = [y_ - min(r["pair_tokens_per_second"]) for y_, r in zip(y, mine)]
+        high = [max(r["pair_tokens_per_second"]) - y_ for y_, r in zip(y, mine)]
+        left.errorbar(n, y, yerr=[[max(0.0, v) for v in low], [max(0.0, v) for v in high]], marker="o", capsize=3, label=label)
+    left.set_ylabel("aggregate tokens/s (bars: min-max over pairs)")
+    left.set_ylim(bottom=0)
+    left.legend()
+    on = sorted((r for r in rows if r["speculation"]), key=lambda r: r["clients"])
+    plain = {r["clients"]: r["tokens_per_second"] for r in rows if not r["speculation"]}
+    right.plot([r["clients"] for r in on], [r["tokens_per_second"] / plain[r["clients"]] for r in on], marker="s", label="all pairs' tokens / seconds")
+    right.plot([r["clients"] for r in on], [r["ratio_median"] for r in on], marker="o", label="median of pairs")
+    right.fill_between([r["clients"] for r in on], [r["ratio_min"] for r in on], [r["ratio_max"] for r in on], alpha=0.2, label="min-max")
+    right.axhline(1.0, color="grey", linestyle="--", linewidth=1)
+    right.set_ylabel("throughput, speculation on / off")
+    right.legend()
+    for ax in (left, right):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("concurrent clients N")
+        ax.grid(True, alpha=0.3)
+    fig.suptitle("specdec load benchmark (greedy, one 2-core CPU verifier, paired on/off rounds)")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     return True
@@ -153,26 +208,37 @@ def plot(rows: Sequence[dict], path: Path) -> bool:
 
 def main(argv: Sequence[str]) -> int:
     args = parse_args(argv)
+    if args.render:
+        rows = json.loads(args.render.read_text())["rows"]
+        args.render.with_suffix(".md").write_text(table(rows) + "\n")
+        plot(rows, args.render.with_suffix(".png"))
+        print(table(rows))
+        return 0
     prompts = select(load_questions(bench_dir() / QUESTIONS_FILE), list(TASKS), args.per_row)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     described = machine.describe()  # before the run: the commit measured, not whatever is checked out at its end
     rows: list[dict] = []
+    pairs: list[dict] = []
     with tempfile.TemporaryDirectory() as logs, LocalCluster(Path(logs), verifier_args=args.verifier_arg, drafter_args=args.drafter_arg) as cluster:
+        # One request first, not measured: the first passes of a fresh process are slower.
+        asyncio.run(_warm_up(cluster.address, prompts[0]))
         for n in args.clients:
-            for speculate in (True, False):
-                row = asyncio.run(measure(cluster.address, prompts, n, args.seconds, args.max_new_tokens, speculate))
-                rows.append(row)
-                print(f"N={n:>2} spec={'on ' if speculate else 'off'} {row['tokens_per_second']:7.1f} tok/s "
-                      f"({row['requests']} requests, {row['seconds']:.1f} s, {row['drafted_per_token']:.2f} drafted "
-                      f"and {row['passes_per_token']:.2f} passes per token)", flush=True)
+            n_rows, n_pairs = asyncio.run(measure(cluster.address, prompts, n, args))
+            rows += n_rows
+            pairs += n_pairs
     print(table(rows))
     args.out.mkdir(parents=True, exist_ok=True)
     base = args.out / f"load_bench-{stamp}"
-    base.with_suffix(".json").write_text(json.dumps({"argv": list(argv), "machine": described, "rows": rows}, indent=2))
+    base.with_suffix(".json").write_text(json.dumps({"argv": list(argv), "machine": described, "rows": rows, "pairs": pairs}, indent=2))
     base.with_suffix(".md").write_text(table(rows) + "\n")
     if plot(rows, base.with_suffix(".png")):
         print(f"wrote {base}.json, .md, .png")
     return 0
+
+
+async def _warm_up(address: str, prompt: Prompt) -> None:
+    async with AsyncClient(address) as client:
+        await run_round(client, [prompt], 8, True)
 
 
 if __name__ == "__main__":

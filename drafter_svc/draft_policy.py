@@ -257,7 +257,9 @@ class SessionPolicy:
             self.state.last_multi = self.price
         if not first_round and queued_rounds == 0 and (self.price is None or self.price.rounds == 1):
             self.state.costs.observe(len(sent), verify_seconds)
-        path = primary_path(sent)
+        # The verifier may have cut the tree under load (verifier_svc/pass_width.py): the nodes
+        # it kept, a prefix, are the ones with labels.
+        path = [i for i in primary_path(sent) if i < len(acceptance_probs)]
         if path:
             labels = [acceptance_probs[i] for i in path]
             self.state.predictor(self.drafter).update(node_features(sent, path), labels, self.session.alpha)

@@ -16,6 +16,10 @@ and a few passes of one shape cannot swing it far. Rows and slots grow together 
 (both scale with B), which is why slots get their own term: without it, the cost of copying
 caches would be charged to drafted tokens.
 
+Only decode passes are fitted (every round's pending tokens at most DECODE_MAX_PENDING): a
+pass holding a prompt's prefill has hundreds of rows through large matrix products, where a row
+costs least, and fitting those pulled m below what a drafted row costs a small decode pass.
+
 Pure: numpy only, no I/O; the scheduler's worker thread is the only writer.
 """
 
@@ -26,8 +30,9 @@ import numpy as np
 PRIOR_FIXED = 0.045  # seconds
 PRIOR_ROW = 0.0025  # seconds per padded token row
 PRIOR_SLOT = 1e-5  # seconds per padded cache slot
+DECODE_MAX_PENDING = 16  # pending tokens of a round beyond which its pass counts as a prefill
 # Regressors in units that keep the normal equations well conditioned.
-ROW_UNIT = 100.0
+ROW_UNIT = 10.0  # decode passes have 1 to a few hundred rows
 SLOT_UNIT = 10_000.0
 
 

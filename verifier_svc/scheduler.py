@@ -8,9 +8,13 @@ longest round's new tokens stay within `max_batch_tokens` (always at least one r
 extra latency). Rounds that arrive while a pass runs wait for the next one. Each round's
 validation or acceptance error goes back to its own stream only.
 
-Every pass also updates the verifier's pass-time model (pass_time.py); each verdict comes back
-with the record of the pass that scored it, including the fitted marginal seconds of one more
-padded token row, which is what a drafted token costs a pass under load.
+Every decode pass (no prompt prefill in it) updates the verifier's pass-time model
+(pass_time.py); each verdict comes back with the record of the pass that scored it, including
+the fitted marginal seconds of one more padded token row, which is what a drafted token costs a
+pass under load. In a pass of several rounds the scheduler also cuts the rounds' trees to the
+width that pays by that fit and each session's measured acceptance (pass_width.py), so drafts
+never make a batched pass slower per expected token than the same pass without them; a lone
+round is never cut (its drafter priced it alone).
 """
 
 from __future__ import annotations
@@ -19,13 +23,15 @@ import asyncio
 import logging
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from verifier_svc.acceptance import RoundVerdict
 from verifier_svc.batched_pass import PassInput, score_batch
-from verifier_svc.pass_time import PassTimeModel
+from verifier_svc.pass_time import DECODE_MAX_PENDING, PassTimeModel
+from verifier_svc.pass_width import GLOBAL_RATE, AcceptanceRate, node_gains, pass_width, primary_labels
 from verifier_svc.session import PreparedRound, RoundInput, Session
 
 log = logging.getLogger(__name__)
@@ -62,17 +68,21 @@ class Scheduler:
         max_batch_tokens: int = 512,
         max_wait_s: float = 0.003,
         max_pass_rows: int = 0,
+        width_by_cost: bool = True,
         on_pass: Callable[[PassRecord], None] | None = None,
         before_pass: Callable[[Session, PreparedRound], None] | None = None,
     ) -> None:
         """open_sessions: how many sessions could submit a round (the wait stops once that many
         rounds are waiting). before_pass: a check per prepared round (e.g. KV memory) that may
         raise to refuse that round alone. max_pass_rows (0: off): under load, each round of a
-        B-round pass keeps at most max_pass_rows // B - pending of its nodes (see prune)."""
+        B-round pass keeps at most max_pass_rows // B - pending of its nodes (see prune).
+        width_by_cost: cut the trees of a pass of several rounds to the width that pays
+        (pass_width.py)."""
         self.open_sessions = open_sessions
         self.max_batch_tokens = max_batch_tokens
         self.max_wait_s = max_wait_s
         self.max_pass_rows = max_pass_rows
+        self.width_by_cost = width_by_cost
         self.on_pass = on_pass
         self.before_pass = before_pass
         self._queue: deque[_Waiting] = deque()
@@ -80,6 +90,9 @@ class Scheduler:
         self._stopped = False
         self._worker: threading.Thread | None = None
         self.pass_time = PassTimeModel()
+        # Acceptance of drafts, per session and verifier-wide (a new session's prior).
+        self.acceptance = AcceptanceRate(rate=GLOBAL_RATE)
+        self._session_acceptance: weakref.WeakKeyDictionary[Session, AcceptanceRate] = weakref.WeakKeyDictionary()
 
     def depth(self) -> int:
         """Rounds waiting for a pass."""
@@ -147,12 +160,10 @@ class Scheduler:
         """Prepare each round, score the valid ones in one pass, finish each; resolve futures."""
         started = time.perf_counter()
         ready: list[tuple[_Waiting, PreparedRound]] = []
-        for w in batch:
+        keep = self._kept_nodes(batch)
+        for w, nodes in zip(batch, keep):
             try:
-                round_ = w.round
-                if self.max_pass_rows and len(batch) > 1:
-                    pending = len(w.session.tokens) - len(w.session.cache)
-                    round_ = prune(round_, max(0, self.max_pass_rows // len(batch) - pending))
+                round_ = prune(w.round, nodes)
                 prepared = w.session.prepare(round_)
                 if self.before_pass:
                     self.before_pass(w.session, prepared)
@@ -180,7 +191,13 @@ class Scheduler:
             except Exception as error:  # noqa: BLE001
                 results.append((w, None, error))
         seconds = time.perf_counter() - started
-        self.pass_time.observe(rows, slots, seconds)
+        if max(len(p.pending) for _, p in ready) <= DECODE_MAX_PENDING:
+            self.pass_time.observe(rows, slots, seconds)
+        for (w, p), (_, verdict, _) in zip(ready, results):
+            if isinstance(verdict, RoundVerdict) and len(p.tree):
+                labels = primary_labels(p.round.parents, verdict.acceptance_probs.tolist())
+                self._rate(w.session).update(labels)
+                self.acceptance.update(labels)
         record = PassRecord(
             len(ready), sum(len(p.pending) + len(p.tree) for _, p in ready), [started - w.arrived for w, _ in ready],
             seconds, rows, slots, self.pass_time.row_seconds,
@@ -189,6 +206,29 @@ class Scheduler:
             _resolve(w, result=None if error else (verdict, record), error=error)
         if self.on_pass:
             self.on_pass(record)
+
+    def _rate(self, session: Session) -> AcceptanceRate:
+        rate = self._session_acceptance.get(session)
+        if rate is None:
+            rate = self._session_acceptance[session] = AcceptanceRate(self.acceptance.alpha)
+        return rate
+
+    def _kept_nodes(self, batch: list[_Waiting]) -> list[int]:
+        """How many of its nodes each round of the pass keeps: all of a lone round's; in a pass
+        of several, the width that pays (pass_width.py), within --max-pass-rows if set."""
+        keep = [len(w.round.tokens) for w in batch]
+        if len(batch) < 2:
+            return keep
+        pending = [0 if w.session.closed else len(w.session.tokens) - _cached(w.session) for w in batch]
+        if self.max_pass_rows:
+            keep = [min(k, max(0, self.max_pass_rows // len(batch) - p)) for k, p in zip(keep, pending)]
+        if self.width_by_cost and any(keep):
+            gains = [node_gains(w.round.parents[:k], self._rate(w.session).alpha) for w, k in zip(batch, keep)]
+            base = max(pending)
+            plain = self.pass_time.seconds(len(batch) * base, len(batch) * max(_cached(w.session) for w in batch))
+            width = pass_width(pending, gains, plain, self.pass_time.row_seconds)
+            keep = [min(k, max(0, width - p)) for k, p in zip(keep, pending)]
+        return keep
 
 
 def prune(round_: RoundInput, nodes: int) -> RoundInput:

@@ -293,3 +293,15 @@ def test_a_session_scored_alone_under_load_still_prices_for_the_batches() -> Non
     assert fresh.may_draft() and not fresh.load_price().batched
 
 
+
+
+def test_a_verdict_over_a_tree_the_verifier_cut_teaches_only_the_nodes_it_kept() -> None:
+    """Under load the verifier may keep only a prefix of the sent nodes (verifier_svc/pass_width.py):
+    the verdict then has fewer labels than the draft has nodes, and the policy learns from those."""
+    policy = SessionPolicy("auto", "copy", PolicyState())
+    before = policy.session.alpha
+    sent = policy.choose(CHAIN, 8, 8)
+    assert len(sent) >= 2
+    policy.observe(sent, [0.0], 0.07, 0, first_round=False, had_draft=True)  # one node kept, rejected
+    assert policy.session.alpha < before
+    policy.observe(sent, [], 0.07, 0, first_round=False, had_draft=True)  # all cut: no labels, no error

@@ -44,3 +44,16 @@ def test_decay_follows_a_change() -> None:
             rows = int(rng.integers(1, 256))
             model.observe(rows, 1000, 0.04 + slope * rows + 0.01)
     assert model.row_seconds == pytest.approx(0.008, rel=0.1)
+
+
+def test_decode_sized_passes_alone_pin_the_row_cost() -> None:
+    """Decode passes have 1 to a few hundred rows: they alone (prefills are not fitted) must move
+    the row cost away from the prior, to a figure well above and well below it."""
+    rng = np.random.default_rng(2)
+    for per_row in (0.006, 0.0008):
+        model = PassTimeModel()
+        for _ in range(300):
+            b, t = int(rng.integers(1, 33)), int(rng.choice([1, 1, 2, 5]))
+            slots = b * int(rng.integers(100, 1200))
+            model.observe(b * t, slots, 0.04 + per_row * b * t + 1e-5 * slots)
+        assert model.row_seconds == pytest.approx(per_row, rel=0.15)

@@ -8,9 +8,12 @@ import asyncio
 import time
 
 import pytest
+import torch
 
 from specdec.errors import FailedPrecondition, InvalidArgument
+from verifier_svc.acceptance import RoundVerdict
 from verifier_svc import scheduler as scheduler_module
+from verifier_svc.pass_time import PassTimeModel
 from verifier_svc.scheduler import PassRecord, Scheduler
 from verifier_svc.session import RoundInput
 
@@ -21,6 +24,7 @@ class FakeTree(list):
 
 class FakePrepared:
     def __init__(self, round_: RoundInput) -> None:
+        self.round = round_
         self.pending = [0]
         self.tree = FakeTree(round_.tokens)
 
@@ -53,9 +57,13 @@ def fake_batch(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(scheduler_module, "score_batch", lambda target, inputs: [("batched", list(x.tree)) for x in inputs])
 
 
-def run(open_sessions: int, rounds: list[list[int]], max_wait_s: float, max_batch_tokens: int = 512) -> tuple[list, list[PassRecord], float]:
+def run(open_sessions: int, rounds: list[list[int]], max_wait_s: float, max_batch_tokens: int = 512,
+        pass_time: PassTimeModel | None = None) -> tuple[list, list[PassRecord], float]:
+    """The rounds' trees are cut by cost only when `pass_time` (the verifier's fit) is given."""
     passes: list[PassRecord] = []
-    s = Scheduler(lambda: open_sessions, max_batch_tokens, max_wait_s, on_pass=passes.append)
+    s = Scheduler(lambda: open_sessions, max_batch_tokens, max_wait_s, width_by_cost=pass_time is not None, on_pass=passes.append)
+    if pass_time is not None:
+        s.pass_time = pass_time
     s.start()
 
     async def go() -> list:
@@ -66,7 +74,10 @@ def run(open_sessions: int, rounds: list[list[int]], max_wait_s: float, max_batc
         results = asyncio.run(go())
     finally:
         s.stop()
-    return results, passes, time.perf_counter() - started
+    elapsed = time.perf_counter() - started
+    assert s._worker is not None
+    s._worker.join(5)  # on_pass runs after the verdicts are released: let the last one finish
+    return results, passes, elapsed
 
 
 def test_a_lone_session_does_not_wait() -> None:
@@ -95,7 +106,7 @@ def test_token_budget_splits_passes_and_an_invalid_round_fails_alone() -> None:
 
 def test_under_load_trees_are_cut_to_the_row_budget_and_a_lone_round_is_not() -> None:
     passes: list[PassRecord] = []
-    s = Scheduler(lambda: 2, 512, 2.0, max_pass_rows=8, on_pass=passes.append)
+    s = Scheduler(lambda: 2, 512, 2.0, max_pass_rows=8, width_by_cost=False, on_pass=passes.append)
     s.start()
 
     async def go() -> list:
@@ -149,7 +160,7 @@ def test_a_round_whose_session_ended_while_it_waited_fails_alone_and_the_worker_
 
 def test_each_verdict_comes_with_its_pass_shape_and_the_fitted_row_cost() -> None:
     """Three rounds in one pass: B = 3, T = 1 pending + 3 nodes, L = the longest cache."""
-    s = Scheduler(lambda: 3, 512, 2.0)
+    s = Scheduler(lambda: 3, 512, 2.0, width_by_cost=False)
     s.start()
     sessions = [FakeSession() for _ in range(3)]
     sessions[2].cache = [1, 2, 3, 4]
@@ -169,3 +180,57 @@ def test_each_verdict_comes_with_its_pass_shape_and_the_fitted_row_cost() -> Non
     record = results[0][1]
     assert (record.rounds, record.rows, record.slots) == (3, 3 * 4, 3 * 4)
     assert record.row_seconds == s.pass_time.row_seconds > 0 and s.pass_time.passes == 1
+
+
+def fitted(fixed: float, per_row: float) -> PassTimeModel:
+    """A pass-time fit that has seen decode passes costing fixed + per_row x rows."""
+    model = PassTimeModel()
+    for i, rows in enumerate([1, 2, 4, 8, 16, 32] * 30):
+        model.observe(rows, 100 * (i % 7), fixed + per_row * rows)
+    return model
+
+
+def test_a_pass_of_several_rounds_keeps_drafts_only_where_they_pay_and_a_lone_round_all() -> None:
+    """Rows that cost as much as the whole plain pass: no draft can pay, each round is cut to its
+    pending token; rows nearly free: every node is kept. A lone round is never cut."""
+    rounds = [[1, 2, 3], [4, 5], [6, 7, 8, 9]]
+    costly, _, _ = run(3, rounds, max_wait_s=2.0, pass_time=fitted(0.01, 0.05))
+    assert costly == [("batched", []), ("batched", []), ("batched", [])]
+    cheap, _, _ = run(3, rounds, max_wait_s=2.0, pass_time=fitted(0.05, 1e-5))
+    assert cheap == [("batched", r) for r in rounds]
+    alone, _, _ = run(1, [rounds[2]], max_wait_s=2.0, pass_time=fitted(0.01, 0.05))
+    assert alone == [("alone", rounds[2])]
+
+
+class RejectingSession(FakeSession):
+    """A session whose every drafted node the target rejects."""
+
+    def finish(self, prepared: FakePrepared, logits):  # type: ignore[no-untyped-def]
+        n = len(prepared.tree)
+        return RoundVerdict([], 0, n == 0, torch.zeros(n))
+
+
+def test_a_session_whose_drafts_are_rejected_loses_its_width_under_load() -> None:
+    """Moderate row cost, the other round of the pass plain: with the prior acceptance the
+    drafting session's nodes pay and are kept; once they have been rejected a few times they
+    no longer do and are cut."""
+    s = Scheduler(lambda: 2, 512, 2.0)
+    s.pass_time = fitted(0.05, 0.002)
+    s.start()
+    bad, plain = RejectingSession(), FakeSession()
+
+    async def go() -> list:
+        out = []
+        for _ in range(8):
+            out.append(await asyncio.gather(
+                s.verify(bad, RoundInput.point_masses([1, 2])), s.verify(plain, RoundInput.point_masses([])),  # type: ignore[arg-type]
+            ))
+        return out
+
+    try:
+        results = asyncio.run(go())
+    finally:
+        s.stop()
+    assert len(results[0][0].acceptance_probs) == 2
+    assert len(results[-1][0].acceptance_probs) == 0
+    assert s._rate(bad).alpha < 0.25 and s.acceptance.alpha < 0.5  # no labels once cut: it stays where it fell
