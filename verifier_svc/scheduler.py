@@ -163,8 +163,10 @@ class Scheduler:
         keep = self._kept_nodes(batch)
         for w, nodes in zip(batch, keep):
             try:
-                round_ = prune(w.round, nodes)
-                prepared = w.session.prepare(round_)
+                # The whole round is validated, then cut: a bad node is refused whatever the load.
+                prepared = w.session.prepare(w.round)
+                if nodes < len(w.round.tokens):
+                    prepared = w.session.prepare(prune(w.round, nodes))
                 if self.before_pass:
                     self.before_pass(w.session, prepared)
                 ready.append((w, prepared))

@@ -202,6 +202,13 @@ def test_a_pass_of_several_rounds_keeps_drafts_only_where_they_pay_and_a_lone_ro
     assert alone == [("alone", rounds[2])]
 
 
+def test_a_bad_node_is_refused_even_where_the_cut_would_drop_it() -> None:
+    rounds = [[1, 2, 3], [4, -5], [6, 7]]  # -5: a node the session refuses
+    results, _, _ = run(3, rounds, max_wait_s=2.0, pass_time=fitted(0.01, 0.05))  # every node cut
+    assert isinstance(results[1], InvalidArgument)
+    assert results[0] == results[2] == ("batched", [])
+
+
 class RejectingSession(FakeSession):
     """A session whose every drafted node the target rejects."""
 
