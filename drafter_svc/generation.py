@@ -10,8 +10,9 @@ With k = 0 every round is one plain target step: the no-speculation baseline on 
 Model drafters (onnx-*) keep the event loop free: they draft in a worker thread. Under an
 adaptive policy their first round is sent empty, so the verifier's prefill of the prompt and the
 drafter's own prefill run at the same time (on two cores) instead of one after the other; with
-overlap on, that thread also pre-drafts the second round. Their overlap pre-drafts share the session's drafter (one KV cache,
-rolled back by prefix) instead of a second instance that would prefill the prompt again.
+overlap on, that thread also pre-drafts the second round. Their pre-drafts share the session's
+drafter (one KV cache, rolled back by prefix) instead of a second instance that would prefill
+the prompt again.
 """
 
 from __future__ import annotations
@@ -177,7 +178,7 @@ async def generate(
             meanwhile: asyncio.Future | None = None
             if prefetcher is not None and policy.may_draft():
                 meanwhile = asyncio.ensure_future(asyncio.to_thread(prefetcher.start, context, draft, next_budget, request.max_tree_nodes))
-            elif parallel_prefill and stats.rounds == 0:
+            elif parallel_prefill and stats.rounds == 0 and policy.may_draft():  # under load: no drafting, no prefill
                 meanwhile = asyncio.ensure_future(asyncio.to_thread(drafter.prefill, context))  # type: ignore[attr-defined]
             try:
                 verdict: verifier_pb2.VerifyResponse = await call.read()

@@ -40,7 +40,10 @@ def load_target(config: VerifierSettings) -> tuple[TargetModel, Tokenizer]:
 
 async def run(config: VerifierSettings) -> None:
     metrics = VerifierMetrics(lambda: servicer.sessions.open, config.max_sessions, lambda: float(servicer.target is not None))
-    batching = Batching(config.max_batch_tokens, config.max_wait_ms, config.max_pass_rows, config.max_kv_bytes, config.retry_after_ms)
+    batching = Batching(
+        config.max_batch_tokens, config.max_wait_ms, config.max_pass_rows, config.cut_batched_drafts, config.max_kv_bytes,
+        config.retry_after_ms,
+    )
     servicer = VerifierServicer(
         config.max_sessions, config.max_draft_tokens, config.max_draft_depth, config.context_length, batching, metrics,
         config.prefix_cache_tokens,

@@ -30,6 +30,7 @@ class Batching:
     max_batch_tokens: int = 512
     max_wait_ms: float = 3.0
     max_pass_rows: int = 0  # 0: never prune trees under load (scheduler.prune)
+    cut_by_cost: bool = True  # cut a batched pass's drafts to the width that pays (pass_width.py)
     max_kv_bytes: int = 0  # 0: no limit
     retry_after_ms: int = 1000
 
@@ -86,6 +87,7 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServicer):
             max_batch_tokens=batching.max_batch_tokens,
             max_wait_s=batching.max_wait_ms / 1000,
             max_pass_rows=batching.max_pass_rows,
+            width_by_cost=batching.cut_by_cost,
             on_pass=self._on_pass,
             before_pass=self.sessions.check_round,
         )

@@ -18,6 +18,10 @@ class VerifierSettings:
     max_batch_tokens: int = field(default=512, metadata={"help": "new tokens per batched target pass at most (one round always fits)"})
     max_wait_ms: float = field(default=3.0, metadata={"help": "how long a round may wait for other sessions' rounds to join its pass"})
     max_pass_rows: int = field(default=0, metadata={"help": "under load, trees are cut so a pass of B rounds has about this many token rows (0: never; ~48 suits a 2-core CPU)"})
+    cut_batched_drafts: bool = field(
+        default=True,
+        metadata={"help": "in a pass of several rounds, keep each round's drafts only as far as they pay by the fitted pass cost (false: keep them all)"},
+    )
     max_kv_bytes: int = field(default=0, metadata={"help": "KV cache memory of all sessions at most, in bytes; new sessions past it get RESOURCE_EXHAUSTED (0: no limit)"})
     retry_after_ms: int = field(default=1000, metadata={"help": "the retry hint (trailing metadata retry-after-ms) sent with RESOURCE_EXHAUSTED"})
     context_length: int = field(default=0, metadata={"help": "tokens per session at most (0: the model's own limit)"})

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -32,6 +33,7 @@ from scipy import stats as scipy_stats
 
 from drafter_svc.copy_drafter import CopyDrafter
 from specdec.client import AsyncClient
+from specdec.launcher import LocalCluster
 
 CASES = {
     # name: (prompt, max_tree_nodes, number of root children the copy drafter drafts, samples)
@@ -45,10 +47,20 @@ TEMPERATURE, TOP_K = 0.8, 50
 SAMPLES = 2000
 CONCURRENCY = 4
 ALPHA = 1e-4
-# The tree case runs one request at a time: in a pass shared by several rounds the verifier cuts
-# drafts that do not pay (scheduler.py, pass_width.py), and it cuts these two siblings (the target
-# gives them 0.15-0.8 together), so concurrent requests would rarely test the tree.
-CASE_CONCURRENCY = {"chain": CONCURRENCY, "tree": 1}
+
+
+@pytest.fixture(scope="module")
+def exact_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """Services whose verifier scores every drafted node as sent: in a pass shared by several
+    rounds it would otherwise cut drafts that do not pay (scheduler.py, pass_width.py), such as
+    the tree case's two siblings, and concurrent requests would then rarely test the tree. The
+    rule's exactness does not depend on the cut (a cut keeps a tree's prefix with its q)."""
+    with LocalCluster(
+        tmp_path_factory.mktemp("exact-cluster-logs"),
+        verifier_args=["--max-draft-tokens", "16", "--max-draft-depth", "8", "--max-sessions", "8", "--cut-batched-drafts", "false"],
+        drafter_args=["--max-new-tokens-cap", "512", "--drafter", "copy"],
+    ) as c:
+        yield c
 
 
 def target_distribution(logits: torch.Tensor, temperature: float, top_k: int) -> np.ndarray:
@@ -76,7 +88,6 @@ def chi_square_p_value(counts: Counter, probs: np.ndarray, n: int) -> float:
 async def first_tokens(
     address: str, prompt_ids: list[int], max_tree_nodes: int,
     drafter: str = "copy", temperature: float = TEMPERATURE, top_k: int = TOP_K, samples: int = SAMPLES,
-    concurrency: int = CONCURRENCY,
 ) -> tuple[Counter, int]:
     """First-token counts over SAMPLES seeds, and how often the first round accepted a draft.
 
@@ -98,13 +109,13 @@ async def first_tokens(
                 await stream.aclose()
                 counts[first_round.token_ids[0]] += 1
                 accepted += len(first_round.token_ids) == 2
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        await asyncio.gather(*(worker() for _ in range(CONCURRENCY)))
     return counts, accepted
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("case", list(CASES))
-def test_first_token_follows_the_target_distribution(cluster, reference_model, tokenizer, case: str) -> None:  # type: ignore[no-untyped-def]
+def test_first_token_follows_the_target_distribution(exact_cluster, reference_model, tokenizer, case: str) -> None:  # type: ignore[no-untyped-def]
     prompt, max_tree_nodes, width, samples = CASES[case]
     prompt_ids = tokenizer.encode(prompt)
     draft = CopyDrafter().propose(prompt_ids, 1, max_tree_nodes).token_ids
@@ -114,7 +125,7 @@ def test_first_token_follows_the_target_distribution(cluster, reference_model, t
     assert len(draft) == width and 0.15 < p[draft].sum() < 0.8, "the prompt must make both paths likely"
 
     counts, accepted = asyncio.run(
-        first_tokens(cluster.address, prompt_ids, max_tree_nodes, samples=samples, concurrency=CASE_CONCURRENCY[case])
+        first_tokens(exact_cluster.address, prompt_ids, max_tree_nodes, samples=samples)
     )
     assert sum(counts.values()) == samples
     assert 0.1 * samples < accepted < 0.8 * samples  # both paths ran, many times
@@ -144,7 +155,7 @@ ONNX_CASES = {
 @pytest.mark.slow
 @pytest.mark.parametrize("case", list(ONNX_CASES))
 def test_first_token_follows_the_target_distribution_with_the_onnx_drafter(  # type: ignore[no-untyped-def]
-    onnx_quantized_dir, cluster, reference_model, tokenizer, case: str
+    onnx_quantized_dir, exact_cluster, reference_model, tokenizer, case: str
 ) -> None:
     temperature, top_k, max_tree_nodes = ONNX_CASES[case]
     prompt_ids = tokenizer.encode(ONNX_PROMPT)
@@ -153,7 +164,7 @@ def test_first_token_follows_the_target_distribution_with_the_onnx_drafter(  # t
     p = target_distribution(logits, temperature, top_k)
 
     counts, accepted = asyncio.run(
-        first_tokens(cluster.address, prompt_ids, max_tree_nodes, "onnx-quantized", temperature, top_k, ONNX_SAMPLES)
+        first_tokens(exact_cluster.address, prompt_ids, max_tree_nodes, "onnx-quantized", temperature, top_k, ONNX_SAMPLES)
     )
     assert sum(counts.values()) == ONNX_SAMPLES
     print(f"{case}: first draft accepted on {accepted} of {ONNX_SAMPLES} seeds; {len(counts)} distinct first tokens")
