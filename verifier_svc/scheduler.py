@@ -166,7 +166,7 @@ class Scheduler:
                 # The whole round is validated, then cut: a bad node is refused whatever the load.
                 prepared = w.session.prepare(w.round)
                 if nodes < len(w.round.tokens):
-                    prepared = w.session.prepare(prune(w.round, nodes))
+                    prepared = prepared.cut(prune(w.round, nodes))
                 if self.before_pass:
                     self.before_pass(w.session, prepared)
                 ready.append((w, prepared))

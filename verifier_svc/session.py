@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -148,6 +148,12 @@ class PreparedRound:
     q_probs: torch.Tensor  # [n, S]
     start: int  # cache length before the pass
     pending: list[int]  # committed tokens not yet cached; the last one is the tree's root
+
+    def cut(self, prefix: RoundInput) -> PreparedRound:
+        """This round with only `prefix`, its first nodes (scheduler.prune), each with its q:
+        no validation again (a prefix of a valid round is valid)."""
+        n = len(prefix.tokens)
+        return replace(self, round=prefix, tree=build_tree(prefix.tokens, prefix.parents), q_ids=self.q_ids[:n], q_probs=self.q_probs[:n])
 
 
 def _checked_tree(round_: RoundInput, limits: Limits, vocab_size: int) -> TokenTree:

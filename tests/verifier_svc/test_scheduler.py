@@ -28,6 +28,9 @@ class FakePrepared:
         self.pending = [0]
         self.tree = FakeTree(round_.tokens)
 
+    def cut(self, prefix: RoundInput) -> FakePrepared:
+        return FakePrepared(prefix)
+
 
 class FakeTarget:
     def score(self, cache, pending, tree):  # type: ignore[no-untyped-def]

@@ -184,3 +184,16 @@ def test_malformed_trees_are_refused_and_harm_nothing(  # type: ignore[no-untype
     # Nothing was committed or cached: the session goes on as if the round had not been sent.
     assert session.tokens == prompt and len(session.cache) == 0
     assert session.verify(RoundInput.point_masses([])).next_token == _greedy_tokens(target, prompt, 1)[0]
+
+
+def test_a_cut_prepared_round_is_the_prepared_prefix(target: TargetModel) -> None:
+    from verifier_svc.scheduler import prune
+
+    session = Session(target, [1, 2, 3], SamplingParams(0.7), seed=0, limits=Limits(16, 8, 8192))
+    round_ = RoundInput([5, 6, 7, 8], [ROOT, 0, ROOT, 1], [[5, 9], [6], [7], [8, 3]], [[0.5, 0.5], [1.0], [1.0], [0.25, 0.75]])
+    cut, fresh = session.prepare(round_).cut(prune(round_, 2)), session.prepare(prune(round_, 2))
+    assert cut.round == fresh.round and (cut.start, cut.pending) == (fresh.start, fresh.pending)
+    assert cut.tree.tokens.tolist() == fresh.tree.tokens.tolist() and cut.tree.parents.tolist() == fresh.tree.parents.tolist()
+    width = fresh.q_ids.shape[1]  # the cut keeps the full round's padding width (padding: probability 0)
+    assert torch.equal(cut.q_ids[:, :width], fresh.q_ids) and torch.equal(cut.q_probs[:, :width], fresh.q_probs)
+    assert not cut.q_probs[:, width:].any()
