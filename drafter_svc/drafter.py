@@ -13,9 +13,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
+from specdec.errors import FailedPrecondition
 from specdec.sampling_params import SamplingParams
+
+if TYPE_CHECKING:
+    from drafter_svc.onnx_drafter import DraftModel
 
 
 ROOT = -1  # the parent index of a node that follows the context's last token
@@ -168,29 +172,20 @@ def make_drafter(
 
 def resolve_default_drafter(name: str, models: DrafterModels) -> str:
     """The server's default drafter: `name`, or for "auto" onnx-quantized where its model is
-    built (for this tokenizer), else copy (no build step; README, "Defaults")."""
+    built (for this tokenizer; it is loaded now), else copy (no build step; README, "Defaults")."""
     if name != "auto":
         return name
-    from drafter_svc.onnx_drafter import Manifest
-
-    folder = models.folders.get("quantized")
     try:
-        manifest = Manifest.read(folder) if folder else None
-    except (OSError, ValueError, KeyError):
-        manifest = None
-    if manifest is None or (models.tokenizer_fingerprint and manifest.tokenizer_fingerprint != models.tokenizer_fingerprint):
+        load_built_model("onnx-quantized", models)
+    except FailedPrecondition:
         return "copy"
     return "onnx-quantized"
 
 
-_MODEL_DRAFTER_STREAM = 0x0D5A  # keeps drafter seeds apart from any other use of the request seed
-
-
-def _make_model_drafter(name: str, sampling: SamplingParams, seed: int | None, stream: int, models: DrafterModels) -> Drafter:
-    import numpy as np
-
-    from drafter_svc.onnx_drafter import OnnxDrafter, load_draft_model
-    from specdec.errors import FailedPrecondition
+def load_built_model(name: str, models: DrafterModels) -> DraftModel:
+    """Model drafter `name`'s built model, loaded once per process; FailedPrecondition (naming
+    speculation.drafter) when it is not built or was built for another tokenizer."""
+    from drafter_svc.onnx_drafter import load_draft_model  # imports Draft from this module
     from specdec.model_files import drafter_dir
 
     kind = MODEL_DRAFTERS[name]
@@ -205,6 +200,18 @@ def _make_model_drafter(name: str, sampling: SamplingParams, seed: int | None, s
         raise FailedPrecondition(
             "speculation.drafter", f"{name}'s model in {folder} was built for another tokenizer ({built_for[:12]}...)"
         )
+    return model
+
+
+_MODEL_DRAFTER_STREAM = 0x0D5A  # keeps drafter seeds apart from any other use of the request seed
+
+
+def _make_model_drafter(name: str, sampling: SamplingParams, seed: int | None, stream: int, models: DrafterModels) -> Drafter:
+    import numpy as np
+
+    from drafter_svc.onnx_drafter import OnnxDrafter
+
+    model = load_built_model(name, models)
     rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(_MODEL_DRAFTER_STREAM, stream)))
     options = {"tail_mass": models.tail_mass, "window": models.window}
     return OnnxDrafter(model, sampling, rng, **{k: v for k, v in options.items() if v is not None})

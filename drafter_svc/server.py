@@ -11,8 +11,7 @@ import grpc
 
 from drafter_svc.discovery import discovery_from_target
 from drafter_svc.draft_policy import POLICY_NAMES, PolicyState
-from drafter_svc.drafter import DRAFTER_NAMES, MODEL_DRAFTERS, DrafterModels, resolve_default_drafter
-from drafter_svc.onnx_drafter import load_draft_model
+from drafter_svc.drafter import DRAFTER_NAMES, MODEL_DRAFTERS, DrafterModels, load_built_model, resolve_default_drafter
 from drafter_svc.protocol import OVERLAP_MODES, Defaults
 from drafter_svc.resumable_session import ResumePolicy
 from drafter_svc.servicer import DrafterServicer
@@ -21,6 +20,7 @@ from drafter_svc.verifier_pool import VerifierPool
 from specdec import grpc_server, settings, tls
 from specdec.auth import BearerTokenInterceptor, load_token
 from specdec.client_limits import ClientStreamLimit
+from specdec.errors import FailedPrecondition
 from specdec.metrics import DrafterMetrics, serve_metrics
 from specdec.model_files import drafter_dir, tokenizer_dir
 from specdec.tokenizer import Tokenizer
@@ -70,8 +70,11 @@ async def run(config: DrafterSettings) -> None:
     drafter = resolve_default_drafter(config.drafter, models)
     if drafter not in DRAFTER_NAMES:
         raise SystemExit(f"--drafter: unknown drafter {config.drafter!r}; choose auto or one of {', '.join(DRAFTER_NAMES)}")
-    if drafter in MODEL_DRAFTERS:  # loaded now, not by the first request
-        load_draft_model(models.folders[MODEL_DRAFTERS[drafter]], models.threads)
+    if drafter in MODEL_DRAFTERS:  # loaded now (checked), not by the first request
+        try:
+            load_built_model(drafter, models)
+        except FailedPrecondition as error:
+            raise SystemExit(f"--drafter {drafter}: {error}") from None
     log.info("default drafter: %s%s", drafter, " (auto)" if config.drafter == "auto" else "")
     defaults = Defaults(
         drafter, config.num_draft_tokens, config.max_tree_nodes, config.max_new_tokens_cap,
