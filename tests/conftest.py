@@ -37,13 +37,17 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     low so that the limit checks can be exercised cheaply. The default drafter is named (copy):
     `auto` would pick onnx-quantized whenever an earlier test had built it.
     """
-    logs: Path = tmp_path_factory.mktemp("cluster-logs")
-    with LocalCluster(
-        logs,
-        verifier_args=["--max-draft-tokens", "16", "--max-draft-depth", "8", "--max-sessions", "8"],
-        drafter_args=["--max-new-tokens-cap", "512", "--drafter", "copy"],
-    ) as c:
+    with services(tmp_path_factory.mktemp("cluster-logs")) as c:
         yield c
+
+
+def services(logs: Path, *verifier_args: str) -> LocalCluster:
+    """The integration tests' services (see `cluster`), with extra verifier flags."""
+    return LocalCluster(
+        logs,
+        verifier_args=["--max-draft-tokens", "16", "--max-draft-depth", "8", "--max-sessions", "8", *verifier_args],
+        drafter_args=["--max-new-tokens-cap", "512", "--drafter", "copy"],
+    )
 
 
 @pytest.fixture(scope="session")

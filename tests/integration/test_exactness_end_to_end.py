@@ -34,6 +34,7 @@ from scipy import stats as scipy_stats
 from drafter_svc.copy_drafter import CopyDrafter
 from specdec.client import AsyncClient
 from specdec.launcher import LocalCluster
+from tests.conftest import services
 
 CASES = {
     # name: (prompt, max_tree_nodes, number of root children the copy drafter drafts, samples)
@@ -55,11 +56,7 @@ def exact_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClu
     rounds it would otherwise cut drafts that do not pay (scheduler.py, pass_width.py), such as
     the tree case's two siblings, and concurrent requests would then rarely test the tree. The
     rule's exactness does not depend on the cut (a cut keeps a tree's prefix with its q)."""
-    with LocalCluster(
-        tmp_path_factory.mktemp("exact-cluster-logs"),
-        verifier_args=["--max-draft-tokens", "16", "--max-draft-depth", "8", "--max-sessions", "8", "--cut-batched-drafts", "false"],
-        drafter_args=["--max-new-tokens-cap", "512", "--drafter", "copy"],
-    ) as c:
+    with services(tmp_path_factory.mktemp("exact-cluster-logs"), "--cut-batched-drafts", "false") as c:
         yield c
 
 
