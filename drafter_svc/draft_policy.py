@@ -19,6 +19,19 @@ scaled in proportion (max_tree_nodes * d / num_draft_tokens). Policies, by name:
   leviathan: the d maximizing E[tokens emitted] / cost, with E[tokens] = sum_{j=0..d} prod_{i<=j}
   a_i, the expected-rate objective of Leviathan's section 3 without its i.i.d. assumption.
 
+Drafting cost: copy and n-gram drafts cost nothing, but a model drafter pays one model step per
+chain token (on this CPU ~20 ms at a 600-token context, against ~56 ms for a plain target pass:
+Leviathan's c, section 3.2, is far from 0). Such a drafter asks `keep_drafting` before each step
+and stops where the policy would not send deeper (SpecDec++, Algorithm 2: the stopping decision is
+made while drafting, so the steps it saves are the drafter's own): `specdec++` stops once its
+threshold is crossed; `leviathan` at its optimal K with each step priced at c = step seconds /
+plain round seconds; `auto` when no deeper depth, its acceptances extrapolated from the last
+token's prediction (the session rate before the first token), promises more tokens per unit of
+cost than the best depth within the chain so far, with every drafted step counted. Before the
+first step this is the question whether to draft at all: a session whose model drafts would not
+pay decodes plainly without running the drafter (and probes as below). Drafted steps are sunk
+when the policy cuts the draft, but they are part of the round's cost, so `depth` counts them.
+
 Load: a batching verifier scores the rounds of many sessions in one padded pass, and each verdict
 says how many rounds that pass held (B), its seconds t, its padded new-token rows, the verifier's
 fitted marginal seconds m of one more row (verifier_svc/pass_time.py) and the sessions open (S).
@@ -115,11 +128,14 @@ class LoadPrice:
     def batched(self) -> bool:
         return max(self.rounds, self.open_sessions) >= 2 and self.seconds > 0 and self.rounds > 0
 
+    def plain_share(self) -> float:
+        """t_plain / B: a plain round's share of the pass without its drafted rows, in seconds."""
+        return max(self.seconds - self.row_seconds * max(0, self.rows - self.rounds), 1e-9) / self.rounds
+
     def node_cost(self) -> float:
         """c = S m / (t_plain / B): a drafted node pads every round of the next pass (S of them,
         S = max(B, open sessions)), in units of a plain round's share of the measured pass."""
-        plain = max(self.seconds - self.row_seconds * max(0, self.rows - self.rounds), 1e-9)
-        return max(self.rounds, self.open_sessions) * self.row_seconds / (plain / self.rounds)
+        return max(self.rounds, self.open_sessions) * self.row_seconds / self.plain_share()
 
     def relative(self) -> RelativeCost:
         return RelativeCost(per_node=self.node_cost(), overhead=0.0)
@@ -144,6 +160,13 @@ class PolicyState:
         # (with several verifiers, of whichever answered last), until its own first verdict.
         self.last_price: LoadPrice | None = None
         self.last_multi: LoadPrice | None = None  # the latest of those that held several rounds
+        self.open_sessions = 0  # generations of this process under way (the servicer counts them)
+
+    def busy(self) -> bool:
+        """Another generation of this process is under way, or the last pass any of its sessions
+        heard of held several rounds or served several sessions."""
+        price = self.last_price
+        return self.open_sessions > 1 or (price is not None and max(price.rounds, price.open_sessions) >= 2)
 
     def predictor(self, drafter: str) -> AcceptancePredictor:
         return self.predictors.setdefault(drafter, AcceptancePredictor())
@@ -186,6 +209,19 @@ class SessionPolicy:
             return self.state.costs.relative()
         return self.state.costs.relative().scaled(1.0 + self.state.load_weight * self.load)
 
+    def step_cost(self, step_seconds: float) -> float:
+        """One model-drafter step of `step_seconds` in plain rounds (Leviathan's c): over the plain
+        round's share of the pass our next round will likely share, else over a lone plain pass."""
+        price = self.load_price()
+        plain = price.plain_share() if price is not None and price.batched else self.state.costs.plain
+        return step_seconds / plain
+
+    def alone(self) -> bool:
+        """No other generation of this process is under way and the last pass we know of (ours,
+        else the process's last) served one session: nothing else waits for the cores."""
+        price = self.load_price()
+        return self.state.open_sessions <= 1 and (price is None or max(price.rounds, price.open_sessions) < 2)
+
     def may_draft(self) -> bool:
         """False when this policy will send an empty round whatever the drafter proposes: it
         prices nodes, and one costs at least a plain round (c >= 1), so no draft can pay."""
@@ -206,37 +242,77 @@ class SessionPolicy:
         base = latest if latest.rounds >= 2 else (self.state.last_multi or latest)
         return LoadPrice(base.rounds, base.seconds, base.rows, base.row_seconds, max(latest.open_sessions, latest.rounds))
 
-    def depth(self, draft: Draft, max_depth: int, max_nodes: int) -> int:
-        """The depth this policy sends of `draft` (drafted at most max_depth deep)."""
+    def depth(self, draft: Draft, max_depth: int, max_nodes: int, step_seconds: float = 0.0) -> int:
+        """The depth this policy sends of `draft` (drafted at most max_depth deep, its primary
+        path by a model drafter at `step_seconds` a step; 0 for a free drafter)."""
         path = primary_path(draft)
         if self.name == "fixed" or not path:
             return max_depth
         if self.name == "copy-confidence":
             return min(max_depth, draft.match_lengths[path[0]]) if draft.match_lengths else max_depth
         if self.name == "specdec++":
-            threshold = self.state.stop_threshold / (1.0 + self.state.load_weight * self.load)
-            return threshold_depth(self.predict(draft, path), threshold)
+            return threshold_depth(self.predict(draft, path), self.threshold())
         cost = self.cost()
+        drafted = self.step_cost(step_seconds) * len(path)  # sunk, but part of this round's cost
         depths = range(min(len(path), max_depth) + 1)
-        costs = [cost.of(min(scaled_nodes(d, max_depth, max_nodes), nodes_within(draft, d))) for d in depths]
+        costs = [cost.of(min(scaled_nodes(d, max_depth, max_nodes), nodes_within(draft, d))) + drafted for d in depths]
         if self.name == "leviathan":
             gains = [expected_tokens(self.session.alpha, d) for d in depths]
         else:  # auto
             gains = list(np.cumsum(chain_acceptance(self.predict(draft, path))))[: len(costs)]
-        price = self.load_price()
-        if self.declined >= self.probe_after and not (price is not None and price.batched):
-            # Probe: the best depth of at least 1. Not in a batched pass, where a probe pads every
-            # round of it; a session that declines under load probes once the load is gone.
+        if self.probe_due():
             self.probing = True
             return 1 + best_depth(gains[1:], costs[1:])
         return best_depth(gains, costs)
 
+    def probe_due(self) -> bool:
+        """A pricing policy has declined PROBE_AFTER (with backoff) rounds in a row: send the best
+        depth of at least 1. Not in a batched pass, where a probe pads every round of it; a
+        session that declines under load probes once the load is gone."""
+        price = self.load_price()
+        return self.declined >= self.probe_after and not (price is not None and price.batched)
+
+    def threshold(self) -> float:
+        """specdec++'s stop threshold, divided by 1 + load_weight x the rounds queued ahead."""
+        return self.state.stop_threshold / (1.0 + self.state.load_weight * self.load)
+
+    def keep_drafting(self, chain: Draft, max_depth: int, max_nodes: int, step_seconds: float) -> bool:
+        """Whether a model drafter that has drafted `chain` (the first j tokens of a chain, j >= 0;
+        a step takes `step_seconds`) should pay for token j + 1 of a draft at most max_depth deep
+        with max_nodes nodes (module docstring, "Drafting cost")."""
+        j = len(chain)
+        if j >= max_depth:
+            return False
+        if self.name in ("fixed", "copy-confidence"):
+            return True
+        predicted = self.predict(chain, range(j)) if j else np.zeros(0)
+        if self.name == "specdec++":
+            return j == 0 or 1.0 - float(np.prod(predicted)) <= self.threshold()
+        if self.probe_due() and j == 0:
+            return True
+        step = self.step_cost(step_seconds)
+        cost = self.cost()
+        if self.name == "leviathan":
+            costs = [cost.of(scaled_nodes(k, max_depth, max_nodes)) + step * k for k in range(max_depth + 1)]
+            return j < best_depth([expected_tokens(self.session.alpha, k) for k in range(max_depth + 1)], costs)
+        # auto: acceptance past the chain extrapolated from its last token (the session's rate before one)
+        survive = list(chain_acceptance(predicted))
+        following = float(predicted[-1]) if j else self.session.alpha
+        while len(survive) <= max_depth:
+            survive.append(survive[-1] * following)
+        gains = np.cumsum(survive)
+
+        def rate(depth: int, steps: int) -> float:
+            return float(gains[depth]) / (cost.of(scaled_nodes(depth, max_depth, max_nodes)) + step * steps)
+
+        return max(rate(e, e) for e in range(j + 1, max_depth + 1)) > max(rate(d, j) for d in range(j + 1))
+
     def predict(self, draft: Draft, nodes: Sequence[int]) -> np.ndarray:
         return self.state.predictor(self.drafter).predict(node_features(draft, nodes), self.session.alpha)
 
-    def choose(self, draft: Draft, max_depth: int, max_nodes: int) -> Draft:
+    def choose(self, draft: Draft, max_depth: int, max_nodes: int, step_seconds: float = 0.0) -> Draft:
         """`draft` cut to this policy's depth and the node budget scaled to it."""
-        d = self.depth(draft, max_depth, max_nodes)
+        d = self.depth(draft, max_depth, max_nodes, step_seconds)
         if d >= max(node_depths(draft), default=0) and len(draft) <= scaled_nodes(d, max_depth, max_nodes):
             return draft
         return cut(draft, d, scaled_nodes(d, max_depth, max_nodes))

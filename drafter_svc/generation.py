@@ -7,10 +7,15 @@ drafter and the policy learn from the verdict. With overlap on, the next round i
 while the verifier works (overlap.py) and used when the verdict matches its guess.
 With k = 0 every round is one plain target step: the no-speculation baseline on the same path.
 
-Model drafters (onnx-*) keep the event loop free: they draft in a worker thread. Under an
-adaptive policy their first round is sent empty, so the verifier's prefill of the prompt and the
-drafter's own prefill run at the same time (on two cores) instead of one after the other; with
-overlap on, that thread also pre-drafts the second round. Their pre-drafts share the session's
+Model drafters (onnx-*) keep the event loop free: they draft in a worker thread, and ask the
+policy before each model step whether the next token pays for it (draft_policy.py, "Drafting
+cost"); the choice of depth then counts the steps drafted. Under an
+adaptive policy their first round is sent empty, so that a lone session's prefill of the prompt
+in the verifier and the drafter's own prefill run at the same time (on two cores) instead of one
+after the other; with overlap on, that thread also pre-drafts the second round. With other
+sessions under way the drafter does not prefill: the verifier has work for every core, and a
+session that drafts later runs the prompt in its first draft's first step (load benchmark with
+the ONNX drafter: eight prefills at once cut throughput to 0.62x of plain decoding). Their pre-drafts share the session's
 drafter (one KV cache, rolled back by prefix) instead of a second instance that would prefill
 the prompt again.
 """
@@ -141,6 +146,8 @@ async def generate(
     # An adaptive policy sends a model drafter's first round empty, so that its prefill runs during
     # the verifier's; `fixed` drafts every round, the first included.
     parallel_prefill = model_drafter and request.draft_policy != "fixed"
+    if model_drafter:  # it asks the policy before each model step (draft_policy.py, "Drafting cost")
+        drafter.keep_drafting = policy.keep_drafting  # type: ignore[attr-defined]
     prefetcher = None
     if request.overlap and request.num_draft_tokens > 0:
         # A model drafter's pre-drafts reuse its KV cache; a zero-cost drafter gets its own instance
@@ -158,14 +165,18 @@ async def generate(
             budget = min(request.num_draft_tokens, room - 1)
             started = time.perf_counter()
             full = draft = Draft.point_masses([])
+            asked = False  # the drafter was asked for a draft (a model drafter may decline: draft_policy.py)
             if budget > 0 and policy.may_draft() and not (parallel_prefill and stats.rounds == 0):
-                if ahead is not None:
+                asked = True
+                step_seconds = 0.0  # the drafting time this round pays, per chain token
+                if ahead is not None:  # drafted while the verifier worked
                     full = cut(ahead, budget, request.max_tree_nodes)
                 elif model_drafter:
                     full = await asyncio.to_thread(drafter.propose, context, budget, request.max_tree_nodes)
+                    step_seconds = drafter.step_seconds  # type: ignore[attr-defined]
                 else:
                     full = drafter.propose(context, budget, request.max_tree_nodes)
-                draft = policy.choose(full, budget, request.max_tree_nodes)
+                draft = policy.choose(full, budget, request.max_tree_nodes, step_seconds)
             stats.draft_seconds += time.perf_counter() - started
 
             started = time.perf_counter()
@@ -174,11 +185,14 @@ async def generate(
             await call.write(message)
             next_budget = min(request.num_draft_tokens, room - len(primary_path(draft)) - 2)
             # Work done in a thread while the verifier checks `draft`: the pre-draft of the next
-            # round (overlap), else a model drafter's first prefill.
+            # round (overlap), else a model drafter's first prefill. A model drafter's first round
+            # does either only when the session is alone: both run the whole prompt.
             meanwhile: asyncio.Future | None = None
-            if prefetcher is not None and policy.may_draft():
+            if model_drafter and stats.rounds == 0 and not policy.alone():
+                pass
+            elif prefetcher is not None and policy.may_draft():
                 meanwhile = asyncio.ensure_future(asyncio.to_thread(prefetcher.start, context, draft, next_budget, request.max_tree_nodes))
-            elif parallel_prefill and stats.rounds == 0 and policy.may_draft():  # under load: no drafting, no prefill
+            elif parallel_prefill and stats.rounds == 0:
                 meanwhile = asyncio.ensure_future(asyncio.to_thread(drafter.prefill, context))  # type: ignore[attr-defined]
             try:
                 verdict: verifier_pb2.VerifyResponse = await call.read()
@@ -195,7 +209,7 @@ async def generate(
             drafter.observe(Feedback(len(draft), path, list(verdict.acceptance_probs), emitted))
             policy.observe(
                 draft, list(verdict.acceptance_probs), verdict.verify_seconds, verdict.queued_rounds,
-                first_round=stats.rounds == 0, had_draft=len(full) > 0,
+                first_round=stats.rounds == 0, had_draft=len(full) > 0 or (asked and model_drafter),
                 price=LoadPrice(verdict.pass_rounds, verdict.pass_seconds, verdict.pass_rows, verdict.row_seconds, verdict.open_sessions),
             )
             if prefetcher is not None and next_budget > 0:

@@ -10,7 +10,8 @@ Each propose runs the context through the model from the longest cached prefix i
 the cache (so after the verifier rejects, the cache is rolled back to the accepted text by
 slicing, and drafted tokens that were accepted are not run again), then drafts a chain of
 `budget` tokens, one model call per token, each sampled from its sparse q
-(draft_sampling.py). With more nodes than the budget, siblings are added at the first depths:
+(draft_sampling.py), or fewer where the session's draft policy, asked before each call, says
+the next token would not pay for its step (`keep_drafting`; draft_policy.py, "Drafting cost"). With more nodes than the budget, siblings are added at the first depths:
 independent draws from the same q as the chain's node there (the exactness condition of the
 verifier's tree rule, verifier_svc/acceptance.py; repeats included), or at temperature 0 the
 next most likely tokens as point masses. Siblings are leaves: they cost no model call.
@@ -20,7 +21,8 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,6 +74,9 @@ class DraftModel:
         self._session = ort.InferenceSession(str(folder / "model.onnx"), options, providers=["CPUExecutionProvider"])
         layers = self.manifest.num_layers
         self._past_names = [f"past_{kind}.{i}" for i in range(layers) for kind in ("key", "value")]
+        # Running mean of a one-token drafting step's seconds, over every session of the process
+        # (a new session prices its first draft with it); 0 until one is timed.
+        self.step_seconds = 0.0
 
     def empty_cache(self) -> list[np.ndarray]:
         m = self.manifest
@@ -121,11 +126,20 @@ def causal_bias(past: int, n: int) -> np.ndarray:
 # reads). README, "Defaults".
 PROMPT_WINDOW = 512
 
+# (chain so far, max depth, max nodes, seconds of one model step) -> draft the next token?
+KeepDrafting = Callable[[Draft, int, int, float], bool]
+STEP_SECONDS_DECAY = 0.8  # weight of the previous estimate in the running mean of a step's seconds
+
 
 class OnnxDrafter:
     """One session's drafter over a shared DraftModel; samples with `sampling` from `rng`, q cut
     at `tail_mass` (draft_sampling.draft_distribution). It reads the context from `window` tokens
-    before the end of the first context it is given (the prompt) on; 0: all of it."""
+    before the end of the first context it is given (the prompt) on; 0: all of it.
+
+    `keep_drafting`, when set, is asked before each model call of `propose` (the first included)
+    with the chain drafted so far and the model's `step_seconds` (the running mean of one-token
+    steps, shared by the process's sessions); False ends the chain there (an empty draft before
+    the first call)."""
 
     def __init__(
         self, model: DraftModel, sampling: SamplingParams, rng: np.random.Generator, tail_mass: float = TAIL_MASS,
@@ -144,6 +158,7 @@ class OnnxDrafter:
         self._tokens: list[int] = []  # the tokens whose keys and values are in the cache, in order
         self._cache = model.empty_cache()
         self.model_calls = 0
+        self.keep_drafting: KeepDrafting | None = None
 
     def next_logits(self, context: Sequence[int]) -> np.ndarray:
         """The draft model's logits [vocab] after `context`, reusing the cached prefix it shares."""
@@ -173,22 +188,26 @@ class OnnxDrafter:
         if max_nodes is not None and max_nodes < 0:
             raise ValueError(f"max_nodes must be >= 0, got {max_nodes}")
         depth = min(budget, nodes)
-        if depth == 0:
-            return Draft.point_masses([])
-        logits = self.next_logits(context)
         chain: list[int] = []
         chain_q: list[SparseQ] = []
         level_logits: list[np.ndarray] = []
-        for d in range(depth):
+        while len(chain) < depth and self._keep_drafting(chain, chain_q, depth, nodes):
+            if chain:
+                started = time.perf_counter()
+                logits = self._extend([chain[-1]], causal_bias(len(self._tokens), 1))[0]
+                self._time_step(time.perf_counter() - started)
+            else:  # catches up on the tokens emitted since (a prefill, the first time): not timed
+                logits = self.next_logits(context)
             q = draft_distribution(logits, self.sampling, self.tail_mass)
             chain.append(q.sample(self.rng))
             chain_q.append(q)
             level_logits.append(logits)
-            if d + 1 < depth:
-                logits = self._extend([chain[-1]], causal_bias(len(self._tokens), 1))[0]
-        token_ids, parents = list(chain), list(range(ROOT, depth - 1))
+        if not chain:
+            return Draft.point_masses([])
+        token_ids, parents = list(chain), list(range(ROOT, len(chain) - 1))
         qs = [q.lists() for q in chain_q]
-        for d, count in enumerate(_siblings_per_depth(nodes - depth, min(depth, BRANCH_DEPTHS))):
+        # The siblings the request's shape asks for, at the chain's first depths.
+        for d, count in enumerate(_siblings_per_depth(nodes - depth, min(len(chain), BRANCH_DEPTHS))):
             if self.sampling.greedy:
                 alternatives = [point_mass(t) for t in top_tokens(level_logits[d], count + 1)[1:]]
                 drawn = [(int(a.token_ids[0]), a) for a in alternatives]
@@ -202,6 +221,21 @@ class OnnxDrafter:
 
     def observe(self, feedback: Feedback) -> None:
         """Nothing to learn: the next context tells the cache where to roll back to."""
+
+    def _keep_drafting(self, chain: list[int], chain_q: list[SparseQ], depth: int, nodes: int) -> bool:
+        if self.keep_drafting is None:
+            return True
+        qs = [q.lists() for q in chain_q]
+        partial = Draft(list(chain), list(range(ROOT, len(chain) - 1)), [ids for ids, _ in qs], [probs for _, probs in qs])
+        return self.keep_drafting(partial, depth, nodes, self.step_seconds)
+
+    @property
+    def step_seconds(self) -> float:
+        return self.model.step_seconds
+
+    def _time_step(self, seconds: float) -> None:
+        decay = STEP_SECONDS_DECAY if self.model.step_seconds else 0.0
+        self.model.step_seconds = decay * self.model.step_seconds + (1.0 - decay) * seconds
 
     def _extend(self, token_ids: list[int], bias: np.ndarray) -> np.ndarray:
         start = len(self._tokens)

@@ -38,7 +38,10 @@ OVERLAP_MODES = ("on", "off", "greedy")
 class Defaults:
     """What a request that does not say gets. The zero-cost drafters' shape (num_draft_tokens,
     max_tree_nodes) and the model drafters' (model_*) differ; overlap is on, off, or greedy
-    (on at temperature 0 only)."""
+    (on at temperature 0 only). `busy_drafter` (empty: `drafter`) is the drafter of a request
+    that arrives while the process or its verifier serves other sessions: under `--drafter auto`
+    the copy drafter, which has no prefill and no model steps to take cores from a busy verifier
+    (README, "Defaults")."""
 
     drafter: str
     num_draft_tokens: int
@@ -49,6 +52,7 @@ class Defaults:
     max_prompt_tokens: int = 0  # 0: only the verifier's context length
     model_num_draft_tokens: int = 6
     model_max_tree_nodes: int = 6
+    busy_drafter: str = ""
 
     def __post_init__(self) -> None:
         if self.overlap not in OVERLAP_MODES:
@@ -69,8 +73,9 @@ class VerifierLimits:
 
 
 def request_from_proto(
-    msg: drafter_pb2.GenerateRequest, tokenizer: Tokenizer, limits: VerifierLimits, defaults: Defaults
+    msg: drafter_pb2.GenerateRequest, tokenizer: Tokenizer, limits: VerifierLimits, defaults: Defaults, busy: bool = False
 ) -> GenerationRequest:
+    """The validated request; one that names no drafter gets defaults.busy_drafter when `busy`."""
     prompt = _prompt_ids(msg, tokenizer)
     if defaults.max_prompt_tokens and len(prompt) > defaults.max_prompt_tokens:
         raise InvalidArgument("prompt", f"{len(prompt)} tokens exceed this server's cap of {defaults.max_prompt_tokens} (max_prompt_tokens)")
@@ -84,7 +89,7 @@ def request_from_proto(
     sampling.validate("sampling")
     if any(not s for s in msg.stop):
         raise InvalidArgument("stop", "stop strings must not be empty")
-    drafter = msg.speculation.drafter or defaults.drafter
+    drafter = msg.speculation.drafter or (busy and defaults.busy_drafter) or defaults.drafter
     if drafter not in DRAFTER_NAMES:
         raise InvalidArgument("speculation.drafter", f"unknown drafter {drafter!r}; choose one of {', '.join(DRAFTER_NAMES)}")
     k, nodes = _tree_shape(msg.speculation, limits, *defaults.shape(drafter))

@@ -79,6 +79,7 @@ async def run(config: DrafterSettings) -> None:
     defaults = Defaults(
         drafter, config.num_draft_tokens, config.max_tree_nodes, config.max_new_tokens_cap,
         config.draft_policy, config.overlap, config.max_prompt_tokens, config.model_num_draft_tokens, config.model_max_tree_nodes,
+        busy_drafter="copy" if config.drafter == "auto" else "",
     )
     resume = ResumePolicy(config.resume_attempts, config.resume_backoff_seconds)
     servicer = DrafterServicer(

@@ -59,19 +59,24 @@ class DrafterServicer(drafter_pb2_grpc.DrafterServicer):
             raise
 
     async def _generate(self, request: drafter_pb2.GenerateRequest, deadline: float | None) -> AsyncIterator[drafter_pb2.GenerateResponse]:
-        # the session stays on this verifier unless its stream breaks (resumable_session.py)
-        with ResumingVerifier(self.pool, self.resume, deadline) as verifier, self.metrics.open_sessions.track_inprogress():
-            placed = verifier.placement
-            info = placed.model_info
-            limits = VerifierLimits(info.context_length, info.max_draft_tokens, info.max_draft_depth)
-            generation = request_from_proto(request, self.pool.tokenizer, limits, self.defaults)
-            async for response in generate(
-                generation, verifier, self.pool.tokenizer, placed.verifier_info, self.policies, self.models  # type: ignore[arg-type]
-            ):
-                if response.finish_reason != drafter_pb2.FINISH_REASON_UNSPECIFIED:
-                    response.stats.resumes = verifier.resumes
-                self.metrics.observe(response)
-                yield response
+        # Counted before the first await, so that requests arriving together see each other.
+        self.policies.open_sessions += 1
+        try:
+            # the session stays on this verifier unless its stream breaks (resumable_session.py)
+            with ResumingVerifier(self.pool, self.resume, deadline) as verifier, self.metrics.open_sessions.track_inprogress():
+                placed = verifier.placement
+                info = placed.model_info
+                limits = VerifierLimits(info.context_length, info.max_draft_tokens, info.max_draft_depth)
+                generation = request_from_proto(request, self.pool.tokenizer, limits, self.defaults, self.policies.busy())
+                async for response in generate(
+                    generation, verifier, self.pool.tokenizer, placed.verifier_info, self.policies, self.models  # type: ignore[arg-type]
+                ):
+                    if response.finish_reason != drafter_pb2.FINISH_REASON_UNSPECIFIED:
+                        response.stats.resumes = verifier.resumes
+                    self.metrics.observe(response)
+                    yield response
+        finally:
+            self.policies.open_sessions -= 1
         costs = self.policies.costs
         fixed, per_node = costs.line()
         log.debug(

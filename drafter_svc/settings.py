@@ -24,7 +24,7 @@ class DrafterSettings:
     model: str = field(default="default", metadata={"help": "tokenizer source: 'default', a .gguf file or a model folder"})
     drafter: str = field(
         default="auto",
-        metadata={"help": "drafter used when a request names none; auto: onnx-quantized if `specdec draft build quantized` has built it, else copy"},
+        metadata={"help": "drafter used when a request names none; auto: onnx-quantized if `specdec draft build quantized` has built it, else copy, and copy for a request that arrives while other sessions are served"},
     )
     onnx_quantized_dir: str = field(
         default="", metadata={"help": "model folder of the onnx-quantized drafter (empty: where `specdec draft build quantized` puts it for --model)"}

@@ -10,6 +10,7 @@ killed verifier's streams do; `opens` records every OpenSession received.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from concurrent import futures
 
@@ -29,9 +30,11 @@ class FakeVerifier(verifier_pb2_grpc.VerifierServicer):
         credentials: grpc.ServerCredentials | None = None,
         break_after_rounds: int | None = None,
         break_once: bool = False,
+        round_seconds: float = 0.0,
     ) -> None:
         self.break_after_rounds = break_after_rounds
         self.break_once = break_once  # only the first stream to reach break_after_rounds breaks
+        self.round_seconds = round_seconds  # how long each round takes to answer
         self.opens: list[verifier_pb2.OpenSession] = []
         self.fingerprint = fingerprint
         self.max_sessions = max_sessions
@@ -83,6 +86,7 @@ class FakeVerifier(verifier_pb2_grpc.VerifierServicer):
                     answered += 1
                     with self._lock:
                         self.rounds += 1
+                    time.sleep(self.round_seconds)
                     yield verifier_pb2.VerifyResponse(
                         num_accepted=0,
                         next_token_id=self.next_token,

@@ -11,6 +11,8 @@ import numpy as np
 import pytest
 
 from drafter_svc.draft_policy import (
+    DEFAULT_STOP_THRESHOLD,
+    PROBE_AFTER,
     LoadPrice,
     POLICY_NAMES,
     PolicyState,
@@ -295,6 +297,95 @@ def test_a_session_scored_alone_under_load_still_prices_for_the_batches() -> Non
 
 
 
+def draft_until_stopped(policy: SessionPolicy, max_depth: int, step_seconds: float, q: float = 1.0) -> int:
+    """How many chain tokens a model drafter drafts when it asks `policy.keep_drafting` before each
+    step (each token drawn with probability q)."""
+    chain: list[int] = []
+    while policy.keep_drafting(_chain(chain, q), max_depth, max_depth, step_seconds):
+        chain.append(100 + len(chain))
+    return len(chain)
+
+
+def _chain(tokens: list[int], q: float) -> Draft:
+    qs = [[t, 1] if q < 1 else [t] for t in tokens]
+    probs = [[q, 1 - q] if q < 1 else [1.0] for _ in tokens]
+    return Draft(list(tokens), list(range(ROOT, len(tokens) - 1)), qs, probs)
+
+
+@pytest.mark.parametrize("name", ["auto", "leviathan"])
+def test_a_model_drafter_drafts_leviathans_optimal_k_with_its_step_cost(name: str) -> None:
+    """With i.i.d. acceptance alpha (an untrained predictor predicts the session's rate) and a
+    model step that costs c plain passes, drafting stops at the brute-force argmax over K of
+    expected tokens / cost, the cost of K drafted tokens being the pass over K nodes plus K c
+    (Leviathan et al., section 3.2: (1 - a^(K+1)) / ((1 - a)(K c + 1)) when the pass is flat)."""
+    state = PolicyState()
+    cost = state.costs.relative()
+    for alpha in np.linspace(0.1, 0.95, 18):
+        for c in (0.0, 0.05, 0.2, 0.4, 1.0):
+            policy = SessionPolicy(name, "onnx-quantized", state)
+            policy.session.alpha = alpha
+            rates = [expected_tokens(alpha, k) / (cost.of(k) + c * k) for k in range(7)]
+            drafted = draft_until_stopped(policy, 6, c * state.costs.plain)
+            assert rates[drafted] == pytest.approx(max(rates), rel=1e-9), (alpha, c, drafted, rates)
+
+
+def test_costly_steps_and_poor_acceptance_draft_nothing_and_cheap_ones_draft_deep() -> None:
+    state = PolicyState()
+    policy = SessionPolicy("auto", "onnx-quantized", state)
+    policy.session.alpha = 0.5
+    assert draft_until_stopped(policy, 6, 0.4 * state.costs.plain) == 0  # ~20 ms steps, long contexts
+    assert draft_until_stopped(policy, 6, 0.0) >= 2
+    policy.session.alpha = 0.95
+    assert draft_until_stopped(policy, 6, 0.1 * state.costs.plain) == 6
+    # After the drafted steps are paid for, the depth sent still counts them: all of a good chain.
+    assert policy.depth(_chain(list(range(6)), 1.0), 6, 6, 0.1 * state.costs.plain) == 6
+
+
+def test_auto_stops_drafting_after_a_token_it_predicts_will_be_rejected() -> None:
+    """Online labels teach the predictor that tokens the drafter drew with low q are rejected:
+    auto then stops the chain at the first such token instead of paying for more steps."""
+    state = PolicyState()
+    policy = SessionPolicy("auto", "onnx-quantized", state)
+    sure, unsure = _chain([1], 0.98), _chain([1], 0.2)
+    rng = np.random.default_rng(0)
+    for _ in range(800):  # in random order, so the session's rate says nothing of the next token
+        sent, label = (sure, 1.0) if rng.random() < 0.5 else (unsure, 0.0)
+        policy.observe(sent, [label], seconds(1), 0, first_round=False, had_draft=True)
+    step = 0.15 * state.costs.plain
+    assert draft_until_stopped(policy, 6, step, q=0.98) >= 3  # predicted ~0.8 each
+    assert draft_until_stopped(policy, 6, step, q=0.2) <= 1  # predicted ~0.15
+
+
+def test_specdec_plus_plus_stops_drafting_where_its_threshold_is_crossed() -> None:
+    policy = SessionPolicy("specdec++", "onnx-quantized", PolicyState())
+    for alpha in (0.2, 0.6, 0.9, 0.97):
+        policy.session.alpha = alpha
+        assert draft_until_stopped(policy, 8, 0.02) == threshold_depth([alpha] * 8, DEFAULT_STOP_THRESHOLD)
+
+
+@pytest.mark.parametrize("name", ["fixed", "copy-confidence"])
+def test_policies_without_a_stopping_rule_draft_the_whole_budget(name: str) -> None:
+    policy = SessionPolicy(name, "onnx-quantized", PolicyState())
+    policy.session.alpha = 0.01
+    assert draft_until_stopped(policy, 5, 10.0) == 5
+
+
+def test_a_session_whose_model_drafts_stopped_paying_drafts_a_probe() -> None:
+    """Declining before the first step counts as declining a draft: after PROBE_AFTER such rounds
+    the drafter is let run again, so the session's estimates get labels."""
+    state = PolicyState()
+    policy = SessionPolicy("auto", "onnx-quantized", state)
+    policy.session.alpha = state.drafter_acceptance("onnx-quantized").alpha = 0.05
+    step = 0.4 * state.costs.plain
+    drafted = []
+    for _ in range(PROBE_AFTER + 1):
+        depth = draft_until_stopped(policy, 6, step)
+        drafted.append(depth)
+        sent = policy.choose(_chain(list(range(depth)), 1.0), 6, 6, step) if depth else Draft.point_masses([])
+        policy.observe(sent, [0.0] * len(sent), seconds(len(sent)), 0, first_round=False, had_draft=True)
+    assert drafted[:PROBE_AFTER] == [0] * PROBE_AFTER and drafted[PROBE_AFTER] >= 1
+
+
 def test_a_verdict_over_a_tree_the_verifier_cut_teaches_only_the_nodes_it_kept() -> None:
     """Under load the verifier may keep only a prefix of the sent nodes (verifier_svc/pass_width.py):
     the verdict then has fewer labels than the draft has nodes, and the policy learns from those."""
@@ -305,3 +396,17 @@ def test_a_verdict_over_a_tree_the_verifier_cut_teaches_only_the_nodes_it_kept()
     policy.observe(sent, [0.0], 0.07, 0, first_round=False, had_draft=True)  # one node kept, rejected
     assert policy.session.alpha < before
     policy.observe(sent, [], 0.07, 0, first_round=False, had_draft=True)  # all cut: no labels, no error
+
+
+def test_busy_and_alone_follow_the_processes_sessions_and_the_last_pass() -> None:
+    state = PolicyState()
+    policy = SessionPolicy("auto", "onnx-quantized", state)
+    state.open_sessions = 1  # this one
+    assert not state.busy() and policy.alone()
+    state.open_sessions = 2
+    assert state.busy() and not policy.alone()
+    state.open_sessions = 1
+    policy.observe(Draft.point_masses([]), [], 0.06, 0, first_round=False, had_draft=False, price=LoadPrice(1, 0.06, 1, 0.0025, 3))
+    assert state.busy() and not policy.alone()  # the verifier serves two more (another drafter's)
+    policy.observe(Draft.point_masses([]), [], 0.06, 0, first_round=False, had_draft=False, price=LoadPrice(1, 0.06, 1, 0.0025, 1))
+    assert not state.busy() and policy.alone()

@@ -107,6 +107,18 @@ def test_model_drafters_get_their_own_default_shape(tokenizer) -> None:  # type:
     assert Defaults("onnx-quantized", 8, 16, 512).shape("onnx-quantized") == (6, 6)
 
 
+def test_a_busy_process_gives_requests_that_name_no_drafter_its_busy_drafter(tokenizer) -> None:  # type: ignore[no-untyped-def]
+    defaults = Defaults("onnx-quantized", 8, 16, 512, busy_drafter="copy")
+
+    def request(busy: bool, **speculation):  # type: ignore[no-untyped-def]
+        return request_from_proto(build_request(token_ids=[1, 2, 3], **speculation), tokenizer, LIMITS, defaults, busy)
+
+    assert (request(False).drafter, request(False).num_draft_tokens) == ("onnx-quantized", 6)
+    assert (request(True).drafter, request(True).num_draft_tokens, request(True).max_tree_nodes) == ("copy", 8, 16)
+    assert request(True, drafter="onnx-quantized").drafter == "onnx-quantized"  # named: always honoured
+    assert request_from_proto(build_request(token_ids=[1]), tokenizer, LIMITS, TREE_DEFAULTS, True).drafter == "copy"
+
+
 def test_unknown_draft_policy_is_refused(tokenizer) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(InvalidArgument) as error:
         shape(tokenizer, draft_policy="longest")

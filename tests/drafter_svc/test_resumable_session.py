@@ -30,10 +30,14 @@ def test_resume_seed_is_a_function_of_the_request_seed_and_the_tokens_so_far() -
     assert resume_seed(None, 3) != resume_seed(None, 3)  # no seed asked: a fresh random one
 
 
-async def _with_drafter(verifiers: list[FakeVerifier], tokenizer, resume: ResumePolicy, body: Callable[[str], Awaitable[None]]) -> None:  # type: ignore[no-untyped-def]
+async def with_drafter(  # type: ignore[no-untyped-def]
+    verifiers: list[FakeVerifier], tokenizer, resume: ResumePolicy, body: Callable[[str], Awaitable[None]],
+    defaults: Defaults = Defaults("copy", 4, 4, 256),
+) -> None:
+    """Run `body` with the address of an in-process drafter server over `verifiers`."""
     pool = VerifierPool(StaticDiscovery([v.address for v in verifiers]), tokenizer, poll_seconds=0.1)
     server = grpc.aio.server(interceptors=[ExceptionToStatusInterceptor()])
-    drafter_pb2_grpc.add_DrafterServicer_to_server(DrafterServicer(pool, Defaults("copy", 4, 4, 256), resume=resume), server)
+    drafter_pb2_grpc.add_DrafterServicer_to_server(DrafterServicer(pool, defaults, resume=resume), server)
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     pool.start()
@@ -62,7 +66,7 @@ def test_a_broken_stream_moves_to_another_verifier_with_the_tokens_so_far(tokeni
         assert chunks[-1].finish_reason == "length" and chunks[-1].stats.resumes == 1
 
     try:
-        asyncio.run(_with_drafter([breaking, spare], tokenizer, ResumePolicy(attempts=3, backoff_seconds=0.01), body))
+        asyncio.run(with_drafter([breaking, spare], tokenizer, ResumePolicy(attempts=3, backoff_seconds=0.01), body))
     finally:
         breaking.stop()
         spare.stop()
@@ -85,7 +89,7 @@ def test_a_lone_verifier_takes_the_session_back_once_it_answers_again(tokenizer)
         assert result.token_ids == [TOKEN] * 5 and result.stats.resumes == 1
 
     try:
-        asyncio.run(_with_drafter([lone], tokenizer, ResumePolicy(attempts=6, backoff_seconds=0.05), body))
+        asyncio.run(with_drafter([lone], tokenizer, ResumePolicy(attempts=6, backoff_seconds=0.05), body))
     finally:
         lone.stop()
     assert [list(o.prompt_token_ids) for o in lone.opens] == [[1, 2, 3], [1, 2, 3, TOKEN, TOKEN]]
@@ -104,7 +108,7 @@ def test_retries_are_bounded_then_unavailable(tokenizer) -> None:  # type: ignor
         assert time.monotonic() - started < 5
 
     try:
-        asyncio.run(_with_drafter([broken], tokenizer, ResumePolicy(attempts=3, backoff_seconds=0.05), body))
+        asyncio.run(with_drafter([broken], tokenizer, ResumePolicy(attempts=3, backoff_seconds=0.05), body))
     finally:
         broken.stop()
     assert 1 <= len(broken.opens) <= 4 and broken.rounds == 0
@@ -120,7 +124,7 @@ def test_resume_off_fails_the_generation_at_once(tokenizer) -> None:  # type: ig
         assert caught.value.code() == grpc.StatusCode.UNAVAILABLE and "0 attempts" in caught.value.details()
 
     try:
-        asyncio.run(_with_drafter([broken], tokenizer, ResumePolicy(attempts=0), body))
+        asyncio.run(with_drafter([broken], tokenizer, ResumePolicy(attempts=0), body))
     finally:
         broken.stop()
     assert len(broken.opens) == 1

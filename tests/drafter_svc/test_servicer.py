@@ -1,0 +1,39 @@
+"""The drafter servicer's choice of drafter by load, through a real in-process drafter server and
+a real gRPC fake verifier."""
+
+from __future__ import annotations
+
+import asyncio
+
+from drafter_svc.protocol import Defaults
+from drafter_svc.resumable_session import ResumePolicy
+from specdec.client import AsyncClient
+from tests.drafter_svc.test_resumable_session import with_drafter
+from tests.fake_verifier import FakeVerifier
+
+
+def test_requests_that_name_no_drafter_get_the_busy_drafter_while_others_are_served(tokenizer) -> None:  # type: ignore[no-untyped-def]
+    """A request that arrives while another generation streams gets the busy drafter; one that
+    arrives alone, before or after, gets the default drafter."""
+    verifier = FakeVerifier(tokenizer.fingerprint, round_seconds=0.02)
+    prompt = tokenizer.encode("Tell me a story")
+
+    async def body(address: str) -> None:
+        async with AsyncClient(address) as client:
+
+            async def drafter_used(max_new_tokens: int = 8) -> str:
+                chunks = [c async for c in client.stream(token_ids=prompt, max_new_tokens=max_new_tokens, temperature=0.0)]
+                return chunks[-1].stats.drafter
+
+            first = asyncio.ensure_future(drafter_used(max_new_tokens=40))
+            while verifier.rounds == 0:  # the first generation is under way
+                await asyncio.sleep(0.01)
+            during = await asyncio.gather(drafter_used(), drafter_used())
+            assert not first.done()
+            assert (await first, during) == ("ngram", ["copy", "copy"])
+            assert await drafter_used() == "ngram"
+
+    try:
+        asyncio.run(with_drafter([verifier], tokenizer, ResumePolicy(), body, Defaults("ngram", 4, 4, 256, busy_drafter="copy")))
+    finally:
+        verifier.stop()
