@@ -1,8 +1,10 @@
 """Draft-length policies: how deep each round's token tree goes, chosen per round.
 
-Our drafters cost nothing, so each round drafts once at the request's draft length (the largest
-depth allowed) and a policy cuts the tree down to the depth d it chooses, with the node budget
-scaled in proportion (max_tree_nodes * d / num_draft_tokens). Policies, by name:
+Each round the drafter drafts at most the request's draft length (the largest depth allowed;
+the copy and n-gram drafters, which cost nothing, always draft that much, a model drafter stops
+where `keep_drafting` says, "Drafting cost" below) and a policy cuts the tree down to the depth d
+it chooses, with the node budget scaled in proportion (max_tree_nodes * d / num_draft_tokens).
+Policies, by name:
 
 - `fixed`: d = num_draft_tokens, every round (what the service did before policies existed).
 - `leviathan`: Leviathan et al. (2023), section 3.1 and 3.2: with the session's running acceptance

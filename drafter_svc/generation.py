@@ -9,15 +9,15 @@ With k = 0 every round is one plain target step: the no-speculation baseline on 
 
 Model drafters (onnx-*) keep the event loop free: they draft in a worker thread, and ask the
 policy before each model step whether the next token pays for it (draft_policy.py, "Drafting
-cost"); the choice of depth then counts the steps drafted. Under an
-adaptive policy their first round is sent empty, so that a lone session's prefill of the prompt
-in the verifier and the drafter's own prefill run at the same time (on two cores) instead of one
-after the other; with overlap on, that thread also pre-drafts the second round. With other
-sessions under way the drafter does not prefill: the verifier has work for every core, and a
-session that drafts later runs the prompt in its first draft's first step (load benchmark with
-the ONNX drafter: eight prefills at once cut throughput to 0.62x of plain decoding). Their pre-drafts share the session's
-drafter (one KV cache, rolled back by prefix) instead of a second instance that would prefill
-the prompt again.
+cost"); the choice of depth then counts the steps drafted. Under an adaptive policy their first
+round is sent empty, so that a lone session's prefill of the prompt in the verifier and the
+drafter's own prefill run at the same time (on two cores) instead of one after the other; with
+overlap on, that thread also pre-drafts the second round. With other sessions under way the
+drafter neither prefills nor pre-drafts in the first round: the verifier has work for every core
+(load benchmark with the ONNX drafter: eight such prefills at once cut throughput to 0.62x of
+plain decoding), and a session that drafts later runs the prompt in its first draft's first
+step. Their pre-drafts share the session's drafter (one KV cache, rolled back by prefix) instead
+of a second instance that would prefill the prompt again.
 """
 
 from __future__ import annotations
@@ -185,14 +185,13 @@ async def generate(
             await call.write(message)
             next_budget = min(request.num_draft_tokens, room - len(primary_path(draft)) - 2)
             # Work done in a thread while the verifier checks `draft`: the pre-draft of the next
-            # round (overlap), else a model drafter's first prefill. A model drafter's first round
-            # does either only when the session is alone: both run the whole prompt.
+            # round (overlap), else a model drafter's first prefill. In a model drafter's first
+            # round either runs the whole prompt: only when the session is alone.
+            spare_cores = not (model_drafter and stats.rounds == 0) or policy.alone()
             meanwhile: asyncio.Future | None = None
-            if model_drafter and stats.rounds == 0 and not policy.alone():
-                pass
-            elif prefetcher is not None and policy.may_draft():
+            if prefetcher is not None and policy.may_draft() and spare_cores:
                 meanwhile = asyncio.ensure_future(asyncio.to_thread(prefetcher.start, context, draft, next_budget, request.max_tree_nodes))
-            elif parallel_prefill and stats.rounds == 0:
+            elif parallel_prefill and stats.rounds == 0 and spare_cores:
                 meanwhile = asyncio.ensure_future(asyncio.to_thread(drafter.prefill, context))  # type: ignore[attr-defined]
             try:
                 verdict: verifier_pb2.VerifyResponse = await call.read()

@@ -11,10 +11,11 @@ the cache (so after the verifier rejects, the cache is rolled back to the accept
 slicing, and drafted tokens that were accepted are not run again), then drafts a chain of
 `budget` tokens, one model call per token, each sampled from its sparse q
 (draft_sampling.py), or fewer where the session's draft policy, asked before each call, says
-the next token would not pay for its step (`keep_drafting`; draft_policy.py, "Drafting cost"). With more nodes than the budget, siblings are added at the first depths:
-independent draws from the same q as the chain's node there (the exactness condition of the
-verifier's tree rule, verifier_svc/acceptance.py; repeats included), or at temperature 0 the
-next most likely tokens as point masses. Siblings are leaves: they cost no model call.
+the next token would not pay for its step (`keep_drafting`; draft_policy.py, "Drafting cost").
+With more nodes than the budget, siblings are added at the first depths: independent draws
+from the same q as the chain's node there (the exactness condition of the verifier's tree rule,
+verifier_svc/acceptance.py; repeats included), or at temperature 0 the next most likely tokens
+as point masses. Siblings are leaves: they cost no model call.
 """
 
 from __future__ import annotations
