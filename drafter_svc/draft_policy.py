@@ -31,7 +31,10 @@ plain round seconds; `auto` when no deeper depth, its acceptances extrapolated f
 token's prediction (the session rate before the first token), promises more tokens per unit of
 cost than the best depth within the chain so far, with every drafted step counted. Before the
 first step this is the question whether to draft at all: a session whose model drafts would not
-pay decodes plainly without running the drafter (and probes as below). Drafted steps are sunk
+pay decodes plainly without running the drafter (and probes as below). That first step may have
+to read the prompt first (a session that started under load did not prefill): its cost then
+counts that read, so a single round never pays for a drafter's whole prefill, and no probe
+starts one: such a session decodes without its model drafter. Drafted steps are sunk
 when the policy cuts the draft, but they are part of the round's cost, so `depth` counts them.
 
 Load: a batching verifier scores the rounds of many sessions in one padded pass, and each verdict
@@ -278,10 +281,13 @@ class SessionPolicy:
         """specdec++'s stop threshold, divided by 1 + load_weight x the rounds queued ahead."""
         return self.state.stop_threshold / (1.0 + self.state.load_weight * self.load)
 
-    def keep_drafting(self, chain: Draft, max_depth: int, max_nodes: int, step_seconds: float) -> bool:
+    def keep_drafting(
+        self, chain: Draft, max_depth: int, max_nodes: int, step_seconds: float, catch_up_seconds: float = 0.0
+    ) -> bool:
         """Whether a model drafter that has drafted `chain` (the first j tokens of a chain, j >= 0;
-        a step takes `step_seconds`) should pay for token j + 1 of a draft at most max_depth deep
-        with max_nodes nodes (module docstring, "Drafting cost")."""
+        a step takes `step_seconds`, and the first one catch_up_seconds more) should pay for token
+        j + 1 of a draft at most max_depth deep with max_nodes nodes (module docstring, "Drafting
+        cost")."""
         j = len(chain)
         if j >= max_depth:
             return False
@@ -290,12 +296,13 @@ class SessionPolicy:
         predicted = self.predict(chain, range(j)) if j else np.zeros(0)
         if self.name == "specdec++":
             return j == 0 or 1.0 - float(np.prod(predicted)) <= self.threshold()
-        if self.probe_due() and j == 0:
-            return True
         step = self.step_cost(step_seconds)
+        first = self.step_cost(catch_up_seconds) if j == 0 else 0.0  # paid by any draft (sunk once j > 0)
+        if self.probe_due() and j == 0 and first < 1.0:  # no probe that must read a prompt first
+            return True
         cost = self.cost()
         if self.name == "leviathan":
-            costs = [cost.of(scaled_nodes(k, max_depth, max_nodes)) + step * k for k in range(max_depth + 1)]
+            costs = [cost.of(scaled_nodes(k, max_depth, max_nodes)) + step * k + first * (k > 0) for k in range(max_depth + 1)]
             return j < best_depth([expected_tokens(self.session.alpha, k) for k in range(max_depth + 1)], costs)
         # auto: acceptance past the chain extrapolated from its last token (the session's rate before one)
         survive = list(chain_acceptance(predicted))
@@ -305,7 +312,7 @@ class SessionPolicy:
         gains = np.cumsum(survive)
 
         def rate(depth: int, steps: int) -> float:
-            return float(gains[depth]) / (cost.of(scaled_nodes(depth, max_depth, max_nodes)) + step * steps)
+            return float(gains[depth]) / (cost.of(scaled_nodes(depth, max_depth, max_nodes)) + step * steps + first * (steps > 0))
 
         return max(rate(e, e) for e in range(j + 1, max_depth + 1)) > max(rate(d, j) for d in range(j + 1))
 

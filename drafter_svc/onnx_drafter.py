@@ -75,9 +75,11 @@ class DraftModel:
         self._session = ort.InferenceSession(str(folder / "model.onnx"), options, providers=["CPUExecutionProvider"])
         layers = self.manifest.num_layers
         self._past_names = [f"past_{kind}.{i}" for i in range(layers) for kind in ("key", "value")]
-        # Running mean of a one-token drafting step's seconds, over every session of the process
-        # (a new session prices its first draft with it); 0 until one is timed.
+        # Running means over every session of the process (a new session prices its first draft
+        # with them), 0 until timed: a one-token drafting step's seconds, and a token's seconds
+        # in a call that reads many (a prefill).
         self.step_seconds = 0.0
+        self.token_seconds = 0.0
 
     def empty_cache(self) -> list[np.ndarray]:
         m = self.manifest
@@ -127,9 +129,11 @@ def causal_bias(past: int, n: int) -> np.ndarray:
 # reads). README, "Defaults".
 PROMPT_WINDOW = 512
 
-# (chain so far, max depth, max nodes, seconds of one model step) -> draft the next token?
-KeepDrafting = Callable[[Draft, int, int, float], bool]
-STEP_SECONDS_DECAY = 0.8  # weight of the previous estimate in the running mean of a step's seconds
+# (chain so far, max depth, max nodes, seconds of one model step, seconds the first step takes
+# beyond one step: the context it must read first) -> draft the next token?
+KeepDrafting = Callable[[Draft, int, int, float, float], bool]
+STEP_SECONDS_DECAY = 0.8  # weight of the previous estimate in the running means of seconds
+TIMED_RUN_TOKENS = 32  # model calls over this many tokens or more time the model's per-token seconds
 
 
 class OnnxDrafter:
@@ -138,8 +142,10 @@ class OnnxDrafter:
     before the end of the first context it is given (the prompt) on; 0: all of it.
 
     `keep_drafting`, when set, is asked before each model call of `propose` (the first included)
-    with the chain drafted so far and the model's `step_seconds` (the running mean of one-token
-    steps, shared by the process's sessions); False ends the chain there (an empty draft before
+    with the chain drafted so far, the model's `step_seconds` (the running mean of one-token
+    steps, shared by the process's sessions) and, before the first call, what that call costs
+    beyond a step: the tokens it must read first (the prompt window, when this drafter has not
+    read it) at the model's `token_seconds`. False ends the chain there (an empty draft before
     the first call)."""
 
     def __init__(
@@ -163,18 +169,38 @@ class OnnxDrafter:
 
     def next_logits(self, context: Sequence[int]) -> np.ndarray:
         """The draft model's logits [vocab] after `context`, reusing the cached prefix it shares."""
+        context = self._read(context)
+        shared = self._shared_prefix(context)
+        self._truncate(shared)
+        new = list(context[shared:])
+        started = time.perf_counter()
+        logits = self._extend(new, causal_bias(shared, len(new)))[-1]
+        if len(new) >= TIMED_RUN_TOKENS:
+            decay = STEP_SECONDS_DECAY if self.model.token_seconds else 0.0
+            per_token = (time.perf_counter() - started) / len(new)
+            self.model.token_seconds = decay * self.model.token_seconds + (1.0 - decay) * per_token
+        return logits
+
+    def pending_tokens(self, context: Sequence[int]) -> int:
+        """How many tokens the next model call after `context` runs (the whole prompt window for
+        a drafter that has not read it yet, 1 or 2 after a round)."""
+        context = self._read(context)
+        return len(context) - self._shared_prefix(context)
+
+    def _read(self, context: Sequence[int]) -> Sequence[int]:
+        """The part of `context` this drafter reads: from the window's start on."""
         if not context:
             raise ValueError("the context must not be empty")
         if self._start is None:
             self._start = max(0, len(context) - self.window) if self.window else 0
-        context = context[min(self._start, len(context) - 1):]
+        return context[min(self._start, len(context) - 1):]
+
+    def _shared_prefix(self, context: Sequence[int]) -> int:
         shared = 0
         limit = min(len(self._tokens), len(context) - 1)  # the last token is always run: its logits are needed
         while shared < limit and self._tokens[shared] == context[shared]:
             shared += 1
-        self._truncate(shared)
-        new = list(context[shared:])
-        return self._extend(new, causal_bias(shared, len(new)))[-1]
+        return shared
 
     def prefill(self, context: Sequence[int]) -> None:
         """Run `context` into the cache (e.g. the prompt, while the verifier runs its own
@@ -192,7 +218,7 @@ class OnnxDrafter:
         chain: list[int] = []
         chain_q: list[SparseQ] = []
         level_logits: list[np.ndarray] = []
-        while len(chain) < depth and self._keep_drafting(chain, chain_q, depth, nodes):
+        while len(chain) < depth and self._keep_drafting(context, chain, chain_q, depth, nodes):
             if chain:
                 started = time.perf_counter()
                 logits = self._extend([chain[-1]], causal_bias(len(self._tokens), 1))[0]
@@ -223,12 +249,15 @@ class OnnxDrafter:
     def observe(self, feedback: Feedback) -> None:
         """Nothing to learn: the next context tells the cache where to roll back to."""
 
-    def _keep_drafting(self, chain: list[int], chain_q: list[SparseQ], depth: int, nodes: int) -> bool:
+    def _keep_drafting(self, context: Sequence[int], chain: list[int], chain_q: list[SparseQ], depth: int, nodes: int) -> bool:
         if self.keep_drafting is None:
             return True
         qs = [q.lists() for q in chain_q]
         partial = Draft(list(chain), list(range(ROOT, len(chain) - 1)), [ids for ids, _ in qs], [probs for _, probs in qs])
-        return self.keep_drafting(partial, depth, nodes, self.step_seconds)
+        catch_up = 0.0
+        if not chain:
+            catch_up = max(0.0, self.pending_tokens(context) * self.model.token_seconds - self.step_seconds)
+        return self.keep_drafting(partial, depth, nodes, self.step_seconds, catch_up)
 
     @property
     def step_seconds(self) -> float:

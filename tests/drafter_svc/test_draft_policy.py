@@ -363,6 +363,21 @@ def test_specdec_plus_plus_stops_drafting_where_its_threshold_is_crossed() -> No
         assert draft_until_stopped(policy, 8, 0.02) == threshold_depth([alpha] * 8, DEFAULT_STOP_THRESHOLD)
 
 
+@pytest.mark.parametrize("name", ["auto", "leviathan"])
+def test_a_first_step_that_must_read_the_prompt_is_not_worth_one_round(name: str) -> None:
+    """A drafter that did not prefill (its session started under load) would read the prompt in
+    its first step: a prefill's seconds that one round cannot pay back, not even as a probe."""
+    state = PolicyState()
+    policy = SessionPolicy(name, "onnx-quantized", state)
+    policy.session.alpha = 0.9
+    step = 0.3 * state.costs.plain
+    assert policy.keep_drafting(_chain([], 1.0), 6, 6, step, catch_up_seconds=0.0)
+    assert not policy.keep_drafting(_chain([], 1.0), 6, 6, step, catch_up_seconds=20 * state.costs.plain)
+    policy.declined = PROBE_AFTER
+    assert policy.probe_due() and not policy.keep_drafting(_chain([], 1.0), 6, 6, step, catch_up_seconds=20 * state.costs.plain)
+    assert policy.keep_drafting(_chain([1], 1.0), 6, 6, step, catch_up_seconds=0.0)  # once read, it is sunk
+
+
 @pytest.mark.parametrize("name", ["fixed", "copy-confidence"])
 def test_policies_without_a_stopping_rule_draft_the_whole_budget(name: str) -> None:
     policy = SessionPolicy(name, "onnx-quantized", PolicyState())

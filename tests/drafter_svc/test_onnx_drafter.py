@@ -117,7 +117,7 @@ def test_the_policy_is_asked_before_each_step_and_a_stop_saves_the_steps(tiny) -
     full = drafter(folder, SamplingParams(1.0)).propose(CONTEXT, 5)
     asked: list[tuple[list[int], int, int]] = []
 
-    def keep(chain, max_depth, max_nodes, step_seconds):  # type: ignore[no-untyped-def]
+    def keep(chain, max_depth, max_nodes, step_seconds, catch_up_seconds):  # type: ignore[no-untyped-def]
         asked.append((list(chain.token_ids), max_depth, max_nodes))
         return len(chain) < 2
 
@@ -130,6 +130,28 @@ def test_the_policy_is_asked_before_each_step_and_a_stop_saves_the_steps(tiny) -
     declined = drafter(folder, SamplingParams(1.0))
     declined.keep_drafting = lambda *_: False
     assert len(declined.propose(CONTEXT, 5, 9)) == 0 and declined.model_calls == 0
+
+
+def test_the_first_step_is_priced_with_the_context_it_must_read_first(tiny) -> None:  # type: ignore[no-untyped-def]
+    """Before its first call a drafter that has not read the context reports the read's extra
+    seconds (tokens x the model's per-token seconds, beyond one step); after a prefill only the
+    last token is left to run."""
+    _, folder = tiny
+    context = list(range(1, 41))
+    offered: list[float] = []
+    fresh, prefilled = drafter(folder, SamplingParams(0.0)), drafter(folder, SamplingParams(0.0))
+
+    def keep(chain, max_depth, max_nodes, step_seconds, catch_up_seconds):  # type: ignore[no-untyped-def]
+        offered.append(catch_up_seconds)
+        return len(chain) == 0  # one token
+
+    fresh.keep_drafting = keep
+    prefilled.prefill(context)  # 40 tokens: times the model's per-token seconds
+    model = prefilled.model
+    assert model.token_seconds > 0 and fresh.pending_tokens(context) == 40 and prefilled.pending_tokens(context) == 1
+    per_token = model.step_seconds = model.token_seconds  # one step: as long as a token of a prefill, here
+    fresh.propose(context, 3)  # its 40-token read then updates token_seconds
+    assert offered == [pytest.approx(39 * per_token), 0.0]  # the read, then (one token drafted) nothing
 
 
 def test_prefill_leaves_only_the_last_token_to_run(tiny) -> None:  # type: ignore[no-untyped-def]
