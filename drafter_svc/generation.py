@@ -23,8 +23,9 @@ of a second instance that would prefill the prompt again.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 import grpc
@@ -119,6 +120,11 @@ def _accepted_path(draft: Draft, nodes: list[int]) -> list[int]:
     return nodes
 
 
+def _run_all(work: list[Callable[[], None]]) -> None:
+    for step in work:
+        step()
+
+
 @dataclass(frozen=True)
 class VerifierInfo:
     eos_token_ids: frozenset[int]
@@ -184,15 +190,18 @@ async def generate(
             stats.q_bytes += sum(node.q.ByteSize() for node in message.round.nodes)
             await call.write(message)
             next_budget = min(request.num_draft_tokens, room - len(primary_path(draft)) - 2)
-            # Work done in a thread while the verifier checks `draft`: the pre-draft of the next
-            # round (overlap), else a model drafter's first prefill. In a model drafter's first
-            # round either runs the whole prompt: only when the session is alone.
+            # Work done in a thread while the verifier checks `draft`: a model drafter's first
+            # prefill, and the pre-draft of the next round (overlap). A model drafter's first round
+            # does them only when the session is alone: they run the whole prompt. The prefill
+            # comes first: a pre-draft's first step, priced with the whole prompt still to read,
+            # would be declined.
             spare_cores = not (model_drafter and stats.rounds == 0) or policy.alone()
-            meanwhile: asyncio.Future | None = None
+            work = []
+            if parallel_prefill and stats.rounds == 0 and spare_cores:
+                work.append(functools.partial(drafter.prefill, context))  # type: ignore[attr-defined]
             if prefetcher is not None and policy.may_draft() and spare_cores:
-                meanwhile = asyncio.ensure_future(asyncio.to_thread(prefetcher.start, context, draft, next_budget, request.max_tree_nodes))
-            elif parallel_prefill and stats.rounds == 0 and spare_cores:
-                meanwhile = asyncio.ensure_future(asyncio.to_thread(drafter.prefill, context))  # type: ignore[attr-defined]
+                work.append(functools.partial(prefetcher.start, context, draft, next_budget, request.max_tree_nodes))
+            meanwhile = asyncio.ensure_future(asyncio.to_thread(_run_all, work)) if work else None
             try:
                 verdict: verifier_pb2.VerifyResponse = await call.read()
             finally:

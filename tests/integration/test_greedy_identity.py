@@ -89,3 +89,33 @@ def test_greedy_output_equals_transformers_generate(  # type: ignore[no-untyped-
     # with overlap on, pre-drafted rounds were really sent.
     assert (drafted > 0) == (k > 0)
     assert (hits > 0) == overlap
+
+
+def test_the_onnx_default_drafts_after_a_long_prompt(request, cluster, tokenizer, reference_model) -> None:  # type: ignore[no-untyped-def]
+    """Lone sessions with the ONNX drafter's default shape (auto, overlap) read a ~400-token prompt
+    beside the verifier's prefill and then draft, with greedy identity. Twice: once the process
+    has timed a prefill, a drafter that never read the prompt would price its first step with the
+    whole prompt and never draft (the bug this guards against: the first pre-draft stood in for
+    the prefill, and was declined)."""
+    request.getfixturevalue("onnx_quantized_dir")
+    document = " ".join(CHAT_PROMPTS * 3)
+    ids = tokenizer.encode_chat([{"role": "user", "content": f"Summarize these requests:\n\n{document}"}])
+    assert len(ids) > 300
+    with torch.inference_mode():
+        out = reference_model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long), do_sample=False, max_new_tokens=32)
+    new = out[0, len(ids):].tolist()
+    expected = new[: next((j for j, t in enumerate(new) if t in tokenizer.eos_token_ids), len(new))]
+
+    async def generate() -> list[GenerationResult]:
+        async with AsyncClient(cluster.address) as client:
+            return [
+                await client.generate(
+                    token_ids=ids, max_new_tokens=32, temperature=0.0, drafter="onnx-quantized", num_draft_tokens=6,
+                    max_tree_nodes=6, draft_policy="auto", overlap=True,
+                )
+                for _ in range(2)
+            ]
+
+    for result in asyncio.run(generate()):
+        assert result.token_ids == expected
+        assert result.stats.drafted_tokens > 0 and result.stats.accepted_tokens > 0
