@@ -121,6 +121,7 @@ def _accepted_path(draft: Draft, nodes: list[int]) -> list[int]:
 
 
 def _run_all(work: list[Callable[[], None]]) -> None:
+    """The steps in order, in one worker thread (they share the session's drafter)."""
     for step in work:
         step()
 
@@ -196,7 +197,7 @@ async def generate(
             # comes first: a pre-draft's first step, priced with the whole prompt still to read,
             # would be declined.
             spare_cores = not (model_drafter and stats.rounds == 0) or policy.alone()
-            work = []
+            work: list[Callable[[], None]] = []
             if parallel_prefill and stats.rounds == 0 and spare_cores:
                 work.append(functools.partial(drafter.prefill, context))  # type: ignore[attr-defined]
             if prefetcher is not None and policy.may_draft() and spare_cores:
