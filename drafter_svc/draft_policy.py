@@ -221,12 +221,6 @@ class SessionPolicy:
         plain = price.plain_share() if price is not None and price.batched else self.state.costs.plain
         return step_seconds / plain
 
-    def alone(self) -> bool:
-        """No other generation of this process is under way and the last pass we know of (ours,
-        else the process's last) served one session: nothing else waits for the cores."""
-        price = self.load_price()
-        return self.state.open_sessions <= 1 and (price is None or max(price.rounds, price.open_sessions) < 2)
-
     def may_draft(self) -> bool:
         """False when this policy will send an empty round whatever the drafter proposes: it
         prices nodes, and one costs at least a plain round (c >= 1), so no draft can pay."""

@@ -196,7 +196,7 @@ async def generate(
             # does them only when the session is alone: they run the whole prompt. The prefill
             # comes first: a pre-draft's first step, priced with the whole prompt still to read,
             # would be declined.
-            spare_cores = not (model_drafter and stats.rounds == 0) or policy.alone()
+            spare_cores = not (model_drafter and stats.rounds == 0) or not policy.state.busy()
             work: list[Callable[[], None]] = []
             if parallel_prefill and stats.rounds == 0 and spare_cores:
                 work.append(functools.partial(drafter.prefill, context))  # type: ignore[attr-defined]

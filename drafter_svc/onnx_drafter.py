@@ -176,9 +176,7 @@ class OnnxDrafter:
         started = time.perf_counter()
         logits = self._extend(new, causal_bias(shared, len(new)))[-1]
         if len(new) >= TIMED_RUN_TOKENS:
-            decay = STEP_SECONDS_DECAY if self.model.token_seconds else 0.0
-            per_token = (time.perf_counter() - started) / len(new)
-            self.model.token_seconds = decay * self.model.token_seconds + (1.0 - decay) * per_token
+            self.model.token_seconds = _running_mean(self.model.token_seconds, (time.perf_counter() - started) / len(new))
         return logits
 
     def pending_tokens(self, context: Sequence[int]) -> int:
@@ -222,7 +220,7 @@ class OnnxDrafter:
             if chain:
                 started = time.perf_counter()
                 logits = self._extend([chain[-1]], causal_bias(len(self._tokens), 1))[0]
-                self._time_step(time.perf_counter() - started)
+                self.model.step_seconds = _running_mean(self.model.step_seconds, time.perf_counter() - started)
             else:  # catches up on the tokens emitted since (a prefill, the first time): not timed
                 logits = self.next_logits(context)
             q = draft_distribution(logits, self.sampling, self.tail_mass)
@@ -263,10 +261,6 @@ class OnnxDrafter:
     def step_seconds(self) -> float:
         return self.model.step_seconds
 
-    def _time_step(self, seconds: float) -> None:
-        decay = STEP_SECONDS_DECAY if self.model.step_seconds else 0.0
-        self.model.step_seconds = decay * self.model.step_seconds + (1.0 - decay) * seconds
-
     def _extend(self, token_ids: list[int], bias: np.ndarray) -> np.ndarray:
         start = len(self._tokens)
         logits, self._cache = self.model.run(token_ids, range(start, start + len(token_ids)), bias, self._cache)
@@ -278,6 +272,12 @@ class OnnxDrafter:
         if length < len(self._tokens):
             self._cache = [kv[:, :, :length] for kv in self._cache]
             del self._tokens[length:]
+
+
+def _running_mean(current: float, seconds: float) -> float:
+    """The next value of a running mean of seconds (0: none yet, so the first value is taken)."""
+    decay = STEP_SECONDS_DECAY if current else 0.0
+    return decay * current + (1.0 - decay) * seconds
 
 
 def _siblings_per_depth(extra: int, depths: int) -> list[int]:

@@ -59,7 +59,7 @@ class DrafterServicer(drafter_pb2_grpc.DrafterServicer):
             raise
 
     async def _generate(self, request: drafter_pb2.GenerateRequest, deadline: float | None) -> AsyncIterator[drafter_pb2.GenerateResponse]:
-        # Counted before the first await, so that requests arriving together see each other.
+        # Counted before the request is parsed: a request that arrives while others stream sees them.
         self.policies.open_sessions += 1
         try:
             # the session stays on this verifier unless its stream breaks (resumable_session.py)

@@ -413,15 +413,15 @@ def test_a_verdict_over_a_tree_the_verifier_cut_teaches_only_the_nodes_it_kept()
     policy.observe(sent, [], 0.07, 0, first_round=False, had_draft=True)  # all cut: no labels, no error
 
 
-def test_busy_and_alone_follow_the_processes_sessions_and_the_last_pass() -> None:
+def test_busy_follows_the_processes_sessions_and_the_last_pass() -> None:
     state = PolicyState()
     policy = SessionPolicy("auto", "onnx-quantized", state)
     state.open_sessions = 1  # this one
-    assert not state.busy() and policy.alone()
+    assert not state.busy()
     state.open_sessions = 2
-    assert state.busy() and not policy.alone()
+    assert state.busy()
     state.open_sessions = 1
     policy.observe(Draft.point_masses([]), [], 0.06, 0, first_round=False, had_draft=False, price=LoadPrice(1, 0.06, 1, 0.0025, 3))
-    assert state.busy() and not policy.alone()  # the verifier serves two more (another drafter's)
+    assert state.busy()  # the verifier serves two more (another drafter's)
     policy.observe(Draft.point_masses([]), [], 0.06, 0, first_round=False, had_draft=False, price=LoadPrice(1, 0.06, 1, 0.0025, 1))
-    assert not state.busy() and policy.alone()
+    assert not state.busy()
