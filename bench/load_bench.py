@@ -13,7 +13,9 @@ second half of each pair would reuse the first half's prefills.
 
 Per (N, mode): aggregate throughput (generated tokens / wall time of its rounds), p50/p99 time
 to first token, p50/p99 per-token latency ((last - first token time) / (tokens - 1) per
-request), drafted nodes and target passes per token. Prints a markdown table and writes JSON
+request), drafted nodes and target passes per token, and the CPU milliseconds per generated token
+each service's process used (all its threads: a drafter's work beside the verifier shows here
+even when it drafts nothing). Prints a markdown table and writes JSON
 and a PNG (with matplotlib) under bench/results/.
 
     flock /tmp/specdec-cpu.lock python -m bench.load_bench --clients 1 2 4 8 16 32 --seconds 60 \
@@ -29,6 +31,8 @@ import statistics
 import sys
 import tempfile
 import time
+import urllib.request
+from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
@@ -36,7 +40,7 @@ from pathlib import Path
 from bench import machine
 from bench.prompts import QUESTIONS_FILE, TASKS, Prompt, bench_dir, load_questions, select
 from specdec.client import AsyncClient
-from specdec.launcher import LocalCluster
+from specdec.launcher import LocalCluster, Service, free_port
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -47,6 +51,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--seconds", type=float, default=60.0, help="time per N; pairs repeat until it is spent")
     p.add_argument("--min-pairs", type=int, default=3, help="on/off pairs per N at least")
     p.add_argument("--max-pairs", type=int, default=12, help="on/off pairs per N at most")
+    p.add_argument("--warm-rounds", type=int, default=1,
+                   help="unmeasured rounds per N and mode before its pairs (the first passes of a new load are slower)")
     p.add_argument("--max-new-tokens", type=int, default=48)
     p.add_argument("--per-row", type=int, default=4, help="prompts per Spec-Bench task")
     p.add_argument("--verifier-arg", action="append", default=[], help="extra flag for the verifier (repeatable)")
@@ -82,35 +88,79 @@ async def one_request(client: AsyncClient, prompt: Prompt, max_new_tokens: int, 
         "per_token": (times[-1] - times[0]) / (tokens - 1) if tokens > 1 else None,
         "rounds": stats.rounds if stats else 0,
         "drafted": stats.drafted_tokens if stats else 0,
+        "drafter": stats.drafter if stats else "",
         "accepted": stats.accepted_tokens if stats else 0,
     }
 
 
-async def run_round(client: AsyncClient, batch: Sequence[Prompt], max_new_tokens: int, speculate: bool) -> dict:
-    """All of `batch` at once, one request per prompt; (tokens, seconds until the last ends, samples)."""
+# The verifier's counters read around each round (specdec/metrics.py): passes, rounds in them,
+# new tokens through the target, seconds in passes.
+PASS_COUNTERS = {
+    "passes": "specdec_verifier_batch_size_count",
+    "pass_rounds": "specdec_verifier_batch_size_sum",
+    "pass_tokens": "specdec_verifier_pass_tokens_total",
+    "pass_seconds": "specdec_verifier_pass_seconds_sum",
+}
+
+
+class Meters:
+    """What the services used: CPU seconds per process, and the verifier's pass counters."""
+
+    def __init__(self, cluster: LocalCluster, verifier_metrics_port: int) -> None:
+        self.services: tuple[Service, ...] = (cluster.drafter, cluster.verifier)
+        self.url = f"http://127.0.0.1:{verifier_metrics_port}/metrics"
+
+    def read(self) -> dict[str, float | None]:
+        values: dict[str, float | None] = {f"{s.kind}_cpu_seconds": s.cpu_seconds() for s in self.services}
+        lines = dict(line.split()[:2] for line in urllib.request.urlopen(self.url, timeout=5).read().decode().splitlines() if line and line[0] != "#")
+        return values | {key: float(lines[name]) if name in lines else None for key, name in PASS_COUNTERS.items()}
+
+
+def _used(before: dict[str, float | None], after: dict[str, float | None]) -> dict[str, float | None]:
+    return {k: None if before[k] is None or after[k] is None else after[k] - before[k] for k in before}  # type: ignore[operator]
+
+
+async def run_round(
+    client: AsyncClient, batch: Sequence[Prompt], max_new_tokens: int, speculate: bool, meters: Meters | None = None
+) -> dict:
+    """All of `batch` at once, one request per prompt: tokens, seconds until the last ends, samples,
+    and what the services used meanwhile (Meters; None where unknown)."""
+    before = meters.read() if meters else {}
     started = time.perf_counter()
     results = await asyncio.gather(*(one_request(client, p, max_new_tokens, speculate) for p in batch))
+    seconds = time.perf_counter() - started
     samples = [r for r in results if r is not None]
-    return {"tokens": sum(s["tokens"] for s in samples), "seconds": time.perf_counter() - started, "samples": samples}
+    used = _used(before, meters.read()) if meters else {}
+    return {"tokens": sum(s["tokens"] for s in samples), "seconds": seconds, "samples": samples, "used": used}
 
 
-async def measure(address: str, prompts: Sequence[Prompt], clients: int, args: argparse.Namespace) -> tuple[list[dict], list[dict]]:
+async def measure(
+    cluster: LocalCluster, meters: Meters, prompts: Sequence[Prompt], clients: int, args: argparse.Namespace
+) -> tuple[list[dict], list[dict]]:
     """Paired rounds at N = clients (module docstring): the two modes' rows and the pairs."""
     runs: dict[bool, list[dict]] = {True: [], False: []}
     pairs: list[dict] = []
-    async with AsyncClient(address) as client:  # one channel, many streams
+    async with AsyncClient(cluster.address) as client:  # one channel, many streams
+        for r in range(args.warm_rounds):  # not measured: see parse_args
+            batch = [prompts[(r * clients + k) % len(prompts)] for k in range(clients)]
+            for speculate in (True, False):
+                await run_round(client, batch, args.max_new_tokens, speculate)
         started = time.perf_counter()
         while len(pairs) < args.min_pairs or (len(pairs) < args.max_pairs and time.perf_counter() - started < args.seconds):
             r = len(pairs)
             batch = [prompts[(r * clients + k) % len(prompts)] for k in range(clients)]
             pair: dict[bool, dict] = {}
             for speculate in ((True, False) if r % 2 == 0 else (False, True)):
-                pair[speculate] = await run_round(client, batch, args.max_new_tokens, speculate)
+                pair[speculate] = await run_round(client, batch, args.max_new_tokens, speculate, meters)
                 runs[speculate].append(pair[speculate])
             on, off = (pair[m]["tokens"] / pair[m]["seconds"] for m in (True, False))
             pairs.append({"clients": clients, "spec_tokens_per_second": on, "plain_tokens_per_second": off, "ratio": on / off,
-                          "spec_tokens": pair[True]["tokens"], "plain_tokens": pair[False]["tokens"]})
-            print(f"N={clients:>2} pair {r}: spec {on:6.1f} plain {off:6.1f} tok/s, ratio {on / off:.2f}", flush=True)
+                          "spec_tokens": pair[True]["tokens"], "plain_tokens": pair[False]["tokens"],
+                          "spec_used": pair[True]["used"], "plain_used": pair[False]["used"]})
+            drafters = Counter(s["drafter"] for s in pair[True]["samples"])
+            per_pass = [_ratio([pair[m]], "pass_rounds", "passes") for m in (True, False)]
+            print(f"N={clients:>2} pair {r}: spec {on:6.1f} plain {off:6.1f} tok/s, ratio {on / off:.2f}; rounds per pass "
+                  f"{' / '.join('-' if x is None else f'{x:.1f}' for x in per_pass)}; spec drafters {dict(drafters)}", flush=True)
     return [summarize(clients, m, runs[m], pairs) for m in (True, False)], pairs
 
 
@@ -141,18 +191,44 @@ def summarize(clients: int, speculate: bool, rounds: Sequence[dict], pairs: Sequ
         # What speculation did: drafted tokens and target passes per generated token.
         "drafted_per_token": sum(s["drafted"] for s in samples) / max(1, tokens),
         "passes_per_token": sum(s["rounds"] for s in samples) / max(1, tokens),
+        # CPU milliseconds per generated token, per service process; the verifier's passes (None where unknown).
+        **{f"{kind}_cpu_ms_per_token": _per_token(rounds, f"{kind}_cpu_seconds", tokens, 1000) for kind in ("drafter", "verifier")},
+        "verifier_passes_per_token": _per_token(rounds, "passes", tokens),
+        "rounds_per_pass": _ratio(rounds, "pass_rounds", "passes"),
     }
+
+
+def _total(rounds: Sequence[dict], key: str) -> float | None:
+    used = [r.get("used", {}).get(key) for r in rounds]
+    return None if not used or None in used else sum(used)  # type: ignore[arg-type]
+
+
+def _per_token(rounds: Sequence[dict], key: str, tokens: int, scale: float = 1.0) -> float | None:
+    total = _total(rounds, key)
+    return None if total is None else scale * total / max(1, tokens)
+
+
+def _ratio(rounds: Sequence[dict], key: str, per: str) -> float | None:
+    total, count = _total(rounds, key), _total(rounds, per)
+    return None if total is None or not count else total / count
 
 
 def table(rows: Sequence[dict]) -> str:
     def ms(x: float | None) -> str:
         return "-" if x is None else f"{1000 * x:.0f}"
 
+    def num(row: dict, key: str) -> str:
+        return "-" if row.get(key) is None else f"{row[key]:.1f}"
+
+    def cpu(row: dict) -> str:
+        return " / ".join("-" if row.get(f"{k}_cpu_ms_per_token") is None else f"{row[f'{k}_cpu_ms_per_token']:.0f}" for k in ("drafter", "verifier"))
+
     by = {(r["clients"], r["speculation"]): r for r in rows}
     lines = [
         "| N | tok/s spec | tok/s plain | spec/plain | pairs' spec/plain: median (min-max) | pairs | TTFT p50/p99 ms spec | TTFT p50/p99 ms plain "
-        "| per-token p50/p99 ms spec | per-token p50/p99 ms plain | spec: drafted / passes per token |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| per-token p50/p99 ms spec | per-token p50/p99 ms plain | spec: drafted / passes per token "
+        "| CPU ms per token, drafter / verifier: spec | plain | rounds per verifier pass: spec | plain |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for n in sorted({r["clients"] for r in rows}):
         on, off = by.get((n, True)), by.get((n, False))
@@ -163,7 +239,7 @@ def table(rows: Sequence[dict]) -> str:
             f"| {on['ratio_median']:.2f} ({on['ratio_min']:.2f}-{on['ratio_max']:.2f}) | {on['pairs']} "
             f"| {ms(on['ttft_p50'])}/{ms(on['ttft_p99'])} | {ms(off['ttft_p50'])}/{ms(off['ttft_p99'])} "
             f"| {ms(on['per_token_p50'])}/{ms(on['per_token_p99'])} | {ms(off['per_token_p50'])}/{ms(off['per_token_p99'])} "
-            f"| {on.get('drafted_per_token', 0):.2f} / {on.get('passes_per_token', 0):.2f} |"
+            f"| {on.get('drafted_per_token', 0):.2f} / {on.get('passes_per_token', 0):.2f} | {cpu(on)} | {cpu(off)} | {num(on, 'rounds_per_pass')} | {num(off, 'rounds_per_pass')} |"
         )
     return "\n".join(lines)
 
@@ -219,11 +295,14 @@ def main(argv: Sequence[str]) -> int:
     described = machine.describe()  # before the run: the commit measured, not whatever is checked out at its end
     rows: list[dict] = []
     pairs: list[dict] = []
-    with tempfile.TemporaryDirectory() as logs, LocalCluster(Path(logs), verifier_args=args.verifier_arg, drafter_args=args.drafter_arg) as cluster:
+    port = free_port()
+    verifier_args = [*args.verifier_arg, f"--metrics-port={port}"]
+    with tempfile.TemporaryDirectory() as logs, LocalCluster(Path(logs), verifier_args=verifier_args, drafter_args=args.drafter_arg) as cluster:
+        meters = Meters(cluster, port)
         # One request first, not measured: the first passes of a fresh process are slower.
         asyncio.run(_warm_up(cluster.address, prompts[0]))
         for n in args.clients:
-            n_rows, n_pairs = asyncio.run(measure(cluster.address, prompts, n, args))
+            n_rows, n_pairs = asyncio.run(measure(cluster, meters, prompts, n, args))
             rows += n_rows
             pairs += n_pairs
     print(table(rows))

@@ -22,7 +22,6 @@ import argparse
 import json
 import random
 import signal
-import socket
 import sys
 import tempfile
 import threading
@@ -37,7 +36,7 @@ import grpc
 
 from bench import machine
 from specdec.client import Client
-from specdec.launcher import Service
+from specdec.launcher import Service, free_port
 from specdec.v1 import verifier_pb2, verifier_pb2_grpc
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -63,12 +62,6 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=RESULTS)
     p.add_argument("--render", type=Path, help="print the markdown report of an earlier run's JSON and exit")
     return p.parse_args(argv)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def rss_mb(pid: int) -> float | None:
@@ -101,7 +94,7 @@ class Soak:
         self.verifier_args = ["--max-sessions", "16", "--grace-seconds", "10"]
         self.verifiers = [Service("verifier", self.verifier_args, logs / f"verifier-{i}.log") for i in range(2)]
         self.incarnation = [0, 0]
-        self.metrics_port = _free_port()
+        self.metrics_port = free_port()
         self.drafter = Service(
             "drafter",
             ["--verifier", ",".join(v.address for v in self.verifiers), "--load-poll-seconds", "0.2",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -14,6 +15,13 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from specdec.grpc_server import LISTENING_PREFIX
+
+
+def free_port() -> int:
+    """A TCP port on loopback that was free a moment ago (for servers that take no port 0)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 class Service:
@@ -52,6 +60,14 @@ class Service:
                     pass
                 time.sleep(0.2)
         raise TimeoutError(f"{self.kind} not serving after {timeout:.0f} s; see {self.log_path}")
+
+    def cpu_seconds(self) -> float | None:
+        """User + system CPU seconds the process has used so far, all threads (Linux /proc; else None)."""
+        try:
+            fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return None
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime: fields 14, 15
 
     def stop(self, timeout: float = 30) -> int:
         """SIGTERM, then SIGKILL after timeout; returns the exit code."""

@@ -61,6 +61,11 @@ class PassTimeModel:
         self.passes += 1
 
     @property
+    def fixed_seconds(self) -> float:
+        """a: what every pass pays, whatever its shape (never negative)."""
+        return max(0.0, float(self._fit[0]))
+
+    @property
     def row_seconds(self) -> float:
         """m: the marginal seconds of one more padded token row (never negative)."""
         return max(0.0, float(self._fit[1]) / ROW_UNIT)

@@ -2,7 +2,10 @@
 
 Streams submit rounds from the event loop; one worker thread owns the target model. It takes
 the first waiting round and, only while other sessions are open and have not yet submitted,
-waits at most `max_wait_s` for them; then it takes waiting rounds while rounds x the
+waits for them: at most `max_wait_s` from the first round's arrival, and for the sessions whose
+verdicts went out and whose drafters are turning around, until their expected turnaround
+(round_gather.py: leaving them out splits the sessions into cohorts that take turns, with half
+the rows per pass). Then it takes waiting rounds while rounds x the
 longest round's new tokens stay within `max_batch_tokens` (always at least one round) and runs them as one pass
 (batched_pass.score_batch; a lone round runs TargetModel.score, so a single session pays no
 extra latency). Rounds that arrive while a pass runs wait for the next one. Each round's
@@ -32,6 +35,7 @@ from verifier_svc.acceptance import RoundVerdict
 from verifier_svc.batched_pass import PassInput, score_batch
 from verifier_svc.pass_time import DECODE_MAX_PENDING, PassTimeModel
 from verifier_svc.pass_width import GLOBAL_RATE, AcceptanceRate, node_gains, pass_width, primary_labels
+from verifier_svc.round_gather import Turnarounds, cohort_deadline
 from verifier_svc.session import PreparedRound, RoundInput, Session
 
 log = logging.getLogger(__name__)
@@ -93,6 +97,10 @@ class Scheduler:
         # Acceptance of drafts, per session and verifier-wide (a new session's prior).
         self.acceptance = AcceptanceRate(rate=GLOBAL_RATE)
         self._session_acceptance: weakref.WeakKeyDictionary[Session, AcceptanceRate] = weakref.WeakKeyDictionary()
+        # Sessions whose verdict went out and whose next round has not come, since when, and
+        # how fast each comes back (round_gather.py); written under self._cond.
+        self.turnarounds: Turnarounds[Session] = Turnarounds()
+        self._verdict_at: weakref.WeakKeyDictionary[Session, float] = weakref.WeakKeyDictionary()
 
     def depth(self) -> int:
         """Rounds waiting for a pass."""
@@ -117,6 +125,9 @@ class Scheduler:
         loop = asyncio.get_running_loop()
         waiting = _Waiting(session, round_, loop.create_future(), loop)
         with self._cond:
+            verdict_at = self._verdict_at.pop(session, None)
+            if verdict_at is not None:
+                self.turnarounds.observe(session, waiting.arrived - verdict_at)
             self._queue.append(waiting)
             self._cond.notify()
         return await waiting.future
@@ -129,7 +140,10 @@ class Scheduler:
             if self._stopped:
                 return []
             deadline = self._queue[0].arrived + self.max_wait_s
-            while len(self._queue) < self.open_sessions() and (left := deadline - time.perf_counter()) > 0:
+            while len(self._queue) < self.open_sessions():
+                left = max(deadline, self._cohort_deadline() or 0.0) - time.perf_counter()
+                if left <= 0:
+                    break
                 self._cond.wait(left)
             # The pass is padded to its longest round, so the budget counts rounds x that
             # length: a long prompt (a session's first round) does not drag every short round
@@ -146,6 +160,11 @@ class Scheduler:
                     kept.append(w)
             self._queue = kept
             return taken
+
+    def _cohort_deadline(self) -> float | None:
+        """Until when to wait for the sessions turning around (round_gather.py)."""
+        out = [(at, self.turnarounds.expected(s)) for s, at in self._verdict_at.items() if not s.closed]
+        return cohort_deadline(out, self.pass_time.fixed_seconds, self.max_wait_s)
 
     def _run(self) -> None:
         while batch := self._take():
@@ -204,6 +223,11 @@ class Scheduler:
             len(ready), sum(len(p.pending) + len(p.tree) for _, p in ready), [started - w.arrived for w, _ in ready],
             seconds, rows, slots, self.pass_time.row_seconds,
         )
+        with self._cond:  # before the verdicts go out: their turnarounds start now
+            now = time.perf_counter()
+            for w, _, error in results:
+                if error is None:
+                    self._verdict_at[w.session] = now
         for w, verdict, error in results:
             _resolve(w, result=None if error else (verdict, record), error=error)
         if self.on_pass:

@@ -16,7 +16,7 @@ class VerifierSettings:
     max_draft_tokens: int = field(default=32, metadata={"help": "drafted tokens (tree nodes) per round at most"})
     max_draft_depth: int = field(default=16, metadata={"help": "depth of a round's token tree at most"})
     max_batch_tokens: int = field(default=512, metadata={"help": "new tokens per batched target pass at most (one round always fits)"})
-    max_wait_ms: float = field(default=3.0, metadata={"help": "how long a round may wait for other sessions' rounds to join its pass"})
+    max_wait_ms: float = field(default=3.0, metadata={"help": "how long a round may wait for other sessions' rounds to join its pass (besides the wait for sessions turning around: scheduler.py)"})
     max_pass_rows: int = field(default=0, metadata={"help": "under load, trees are cut so a pass of B rounds has about this many token rows (0: never; ~48 suits a 2-core CPU)"})
     cut_batched_drafts: bool = field(
         default=True,

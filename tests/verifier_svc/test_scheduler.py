@@ -100,6 +100,44 @@ def test_a_missing_session_costs_at_most_the_wait() -> None:
     assert results == [("alone", [7])] and 0.2 <= seconds < 1.5
 
 
+def test_sessions_turning_around_are_waited_for_so_they_do_not_take_turns(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Passes take 30 ms and each drafter turns around in 10 ms; session B starts 15 ms after A.
+    Waiting only 3 ms from the first round's arrival, A and B would take turns for good, one
+    round per pass (each arrives while the other's pass runs). Waiting for a session whose
+    verdict went out, for its learned turnaround, brings them into one pass after a few rounds."""
+    pass_seconds, turnaround, rounds = 0.030, 0.010, 8
+
+    def slow_batch(target, inputs):  # type: ignore[no-untyped-def]
+        time.sleep(pass_seconds)
+        return [("batched", list(x.tree)) for x in inputs]
+
+    monkeypatch.setattr(scheduler_module, "score_batch", slow_batch)
+    monkeypatch.setattr(FakeTarget, "score", lambda self, cache, pending, tree: time.sleep(pass_seconds) or ("alone", list(tree)))
+    passes: list[PassRecord] = []
+    s = Scheduler(lambda: 2, 512, 0.003, width_by_cost=False, on_pass=passes.append)
+    s.start()
+
+    async def drive(start: float) -> None:
+        await asyncio.sleep(start)
+        session = FakeSession()
+        for _ in range(rounds):
+            await s.verify(session, RoundInput.point_masses([1]))  # type: ignore[arg-type]
+            await asyncio.sleep(turnaround)
+
+    async def go() -> None:
+        await asyncio.gather(drive(0.0), drive(0.015))
+
+    try:
+        asyncio.run(go())
+    finally:
+        s.stop()
+    assert s._worker is not None
+    s._worker.join(5)
+    shapes = [p.rounds for p in passes]
+    assert shapes[-4:] == [2, 2, 2, 2], shapes  # together at the end
+    assert len(passes) <= 2 * rounds - 4, shapes  # taking turns would be 16 passes of one
+
+
 def test_token_budget_splits_passes_and_an_invalid_round_fails_alone() -> None:
     results, passes, _ = run(3, [[1, 2, 3], [-5], [4, 5, 6]], max_wait_s=2.0, max_batch_tokens=5)
     assert isinstance(results[1], InvalidArgument)
