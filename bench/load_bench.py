@@ -1,8 +1,10 @@
 """Load benchmark: N concurrent clients against one drafter + one verifier, speculation on vs off.
 
-For each N (default 1 2 4 8 16 32) the benchmark runs paired rounds: a round is N requests sent
-at once on one channel (client k of round r gets prompt r N + k, cycling over the Spec-Bench
-rows), the whole round is run once with the drafter's default speculation and once with it off
+For each N (default 1 2 4 8 16 32) the benchmark runs paired rounds: a round is a list of
+`--requests-per-client` x N requests (prompts r M, r M + 1, ... for round r of M requests,
+cycling over the Spec-Bench rows) drained by N concurrent clients on one channel, each client
+sending the next request of the list as soon as its last one ended; the whole round is run once
+with the drafter's default speculation and once with it off
 (num_draft_tokens = 0), in alternating order (on/off, off/on, ...) so that drift of the machine
 falls on both modes alike. Decoding is greedy and speculation exact, so both halves of a pair
 generate the same tokens from the same prompts: a pair's throughput ratio compares identical
@@ -13,9 +15,10 @@ second half of each pair would reuse the first half's prefills.
 
 Per (N, mode): aggregate throughput (generated tokens / wall time of its rounds), p50/p99 time
 to first token, p50/p99 per-token latency ((last - first token time) / (tokens - 1) per
-request), drafted nodes and target passes per token, and the CPU milliseconds per generated token
+request), drafted nodes and target passes per token, the CPU milliseconds per generated token
 each service's process used (all its threads: a drafter's work beside the verifier shows here
-even when it drafts nothing). Prints a markdown table and writes JSON
+even when it drafts nothing), and the verifier's rounds per pass (its /metrics counters, read
+around each round). Prints a markdown table and writes JSON
 and a PNG (with matplotlib) under bench/results/.
 
     flock /tmp/specdec-cpu.lock python -m bench.load_bench --clients 1 2 4 8 16 32 --seconds 60 \
@@ -51,8 +54,12 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--seconds", type=float, default=60.0, help="time per N; pairs repeat until it is spent")
     p.add_argument("--min-pairs", type=int, default=3, help="on/off pairs per N at least")
     p.add_argument("--max-pairs", type=int, default=12, help="on/off pairs per N at most")
+    p.add_argument("--requests-per-client", type=int, default=2,
+                   help="a round's requests per client: with 1, a round is N requests at once and ends with its slowest "
+                        "(a batch's completion time); with more, clients that finish early take the next request")
     p.add_argument("--warm-rounds", type=int, default=1,
-                   help="unmeasured rounds per N and mode before its pairs (the first passes of a new load are slower)")
+                   help="unmeasured rounds per N and mode before its pairs, one request per client: the first pair "
+                        "(speculation first) would otherwise start from the state the previous N left")
     p.add_argument("--max-new-tokens", type=int, default=48)
     p.add_argument("--per-row", type=int, default=4, help="prompts per Spec-Bench task")
     p.add_argument("--verifier-arg", action="append", default=[], help="extra flag for the verifier (repeatable)")
@@ -121,13 +128,21 @@ def _used(before: dict[str, float | None], after: dict[str, float | None]) -> di
 
 
 async def run_round(
-    client: AsyncClient, batch: Sequence[Prompt], max_new_tokens: int, speculate: bool, meters: Meters | None = None
+    client: AsyncClient, batch: Sequence[Prompt], clients: int, max_new_tokens: int, speculate: bool, meters: Meters | None = None
 ) -> dict:
-    """All of `batch` at once, one request per prompt: tokens, seconds until the last ends, samples,
-    and what the services used meanwhile (Meters; None where unknown)."""
+    """`batch` drained by `clients` concurrent clients, each taking the next prompt when its
+    request ends: tokens, seconds until the last ends, samples, and what the services used
+    meanwhile (Meters; None where unknown)."""
     before = meters.read() if meters else {}
+    todo = iter(enumerate(batch))
+    results: list[dict | None] = [None] * len(batch)
+
+    async def one_client() -> None:
+        for i, prompt in todo:  # shared: each prompt goes to the first client free
+            results[i] = await one_request(client, prompt, max_new_tokens, speculate)
+
     started = time.perf_counter()
-    results = await asyncio.gather(*(one_request(client, p, max_new_tokens, speculate) for p in batch))
+    await asyncio.gather(*(one_client() for _ in range(clients)))
     seconds = time.perf_counter() - started
     samples = [r for r in results if r is not None]
     used = _used(before, meters.read()) if meters else {}
@@ -140,18 +155,19 @@ async def measure(
     """Paired rounds at N = clients (module docstring): the two modes' rows and the pairs."""
     runs: dict[bool, list[dict]] = {True: [], False: []}
     pairs: list[dict] = []
+    size = clients * args.requests_per_client  # requests per round
     async with AsyncClient(cluster.address) as client:  # one channel, many streams
-        for r in range(args.warm_rounds):  # not measured: see parse_args
-            batch = [prompts[(r * clients + k) % len(prompts)] for k in range(clients)]
+        for r in range(args.warm_rounds):  # not measured, one request per client: see parse_args
+            batch = [prompts[(r * size + k) % len(prompts)] for k in range(clients)]
             for speculate in (True, False):
-                await run_round(client, batch, args.max_new_tokens, speculate)
+                await run_round(client, batch, clients, args.max_new_tokens, speculate)
         started = time.perf_counter()
         while len(pairs) < args.min_pairs or (len(pairs) < args.max_pairs and time.perf_counter() - started < args.seconds):
             r = len(pairs)
-            batch = [prompts[(r * clients + k) % len(prompts)] for k in range(clients)]
+            batch = [prompts[(r * size + k) % len(prompts)] for k in range(size)]
             pair: dict[bool, dict] = {}
             for speculate in ((True, False) if r % 2 == 0 else (False, True)):
-                pair[speculate] = await run_round(client, batch, args.max_new_tokens, speculate, meters)
+                pair[speculate] = await run_round(client, batch, clients, args.max_new_tokens, speculate, meters)
                 runs[speculate].append(pair[speculate])
             on, off = (pair[m]["tokens"] / pair[m]["seconds"] for m in (True, False))
             pairs.append({"clients": clients, "spec_tokens_per_second": on, "plain_tokens_per_second": off, "ratio": on / off,
@@ -317,7 +333,7 @@ def main(argv: Sequence[str]) -> int:
 
 async def _warm_up(address: str, prompt: Prompt) -> None:
     async with AsyncClient(address) as client:
-        await run_round(client, [prompt], 8, True)
+        await run_round(client, [prompt], 1, 8, True)
 
 
 if __name__ == "__main__":

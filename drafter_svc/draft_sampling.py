@@ -27,6 +27,7 @@ from specdec.sampling_params import SamplingParams
 # (~6,000 tokens) at alpha 0.9717, 1e-3 18.3 KB at 0.9713, 1e-2 4.3 KB at 0.9675: 12x fewer bytes
 # than 1e-4 (and the verifier's parsing with them) for 0.004 of alpha.
 TAIL_MASS = 1e-2
+CANDIDATES = 4096  # tokens sorted first; the whole vocabulary only when they are not enough
 
 
 @dataclass(frozen=True)
@@ -78,7 +79,7 @@ def draft_distribution(logits: np.ndarray, params: SamplingParams, tail_mass: fl
     if params.greedy:
         return point_mass(int(np.argmax(logits)))  # ties: the lowest id, as torch.argmax
     probs = standardize(logits, params)
-    order = np.argsort(-probs, kind="stable")  # most likely first
+    order = _most_likely_first(probs, 1.0 - tail_mass)
     cum = np.cumsum(probs[order])
     keep = int(np.searchsorted(cum, 1.0 - tail_mass, side="left")) + 1  # smallest prefix with mass >= 1 - tail
     keep = min(keep, int(np.count_nonzero(probs)))
@@ -86,6 +87,22 @@ def draft_distribution(logits: np.ndarray, params: SamplingParams, tail_mass: fl
     # Every kept probability is >= tail_mass / vocab > 0 (the kept prefix stops once the rest
     # holds less than tail_mass), so none rounds to 0 in float32.
     return SparseQ(ids.astype(np.int64), (probs[ids] / probs[ids].sum()).astype(np.float32))
+
+
+def _most_likely_first(probs: np.ndarray, mass: float, candidates: int = CANDIDATES) -> np.ndarray:
+    """Token ids by decreasing probability, ties by increasing id (a stable sort of -probs), at
+    least as far as they hold `mass`: the top `candidates` found by a partial sort when they hold
+    it and the cut falls above the candidates' smallest probability (so no token left out could
+    rank before one kept), else the whole vocabulary sorted. A full sort of 49,152 probabilities
+    costs ~4 ms, a quarter of a drafting step on this CPU; the partial one a tenth of that."""
+    if candidates < probs.shape[0]:
+        top = np.argpartition(-probs, candidates - 1)[:candidates]
+        top = top[np.lexsort((top, -probs[top]))]
+        cum = np.cumsum(probs[top])
+        cut = int(np.searchsorted(cum, mass, side="left"))
+        if cut < candidates and probs[top[cut]] > probs[top[-1]]:
+            return top
+    return np.argsort(-probs, kind="stable")
 
 
 def top_tokens(logits: np.ndarray, count: int) -> list[int]:

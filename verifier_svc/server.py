@@ -35,6 +35,12 @@ def load_target(config: VerifierSettings) -> tuple[TargetModel, Tokenizer]:
     warm = Session(target, tokenizer.encode("Hello"), SamplingParams(temperature=0.0), seed=0, limits=limits)
     for round_ in ([], [], [1, 2, 3], [1, 2, 3]):  # plain steps, then a small tree (two branches)
         warm.verify(RoundInput.point_masses(round_, [-1, 0, -1] if round_ else []))
+    if config.tune_pass_sizes and target.device.type == "cpu":
+        seconds = target.tune_pass_sizes()
+        log.info(
+            "pass sizes: %s ms for 1..%d tokens; passes padded to %s",
+            [round(1000 * t, 1) for t in seconds], len(seconds), target.pass_tokens,
+        )
     return target, tokenizer
 
 

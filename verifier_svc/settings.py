@@ -28,6 +28,10 @@ class VerifierSettings:
     # About 46 KB a token for SmolLM2-135M in float32 (30 layers x 3 KV heads x 64 x 2 x 4 bytes):
     # 8192 tokens are ~0.4 GB.
     prefix_cache_tokens: int = field(default=8192, metadata={"help": "prompt tokens whose keys/values are kept for reuse by later sessions (0: off)"})
+    tune_pass_sizes: bool = field(
+        default=True,
+        metadata={"help": "on CPU, time passes of 1-16 tokens at start (~3 s) and pad each lone pass to the fastest size at or above its own (pass_sizes.py)"},
+    )
     torch_threads: int = field(default=0, metadata={"help": "torch intra-op threads (0: torch's default)"})
     grace_seconds: float = field(default=20.0, metadata={"help": "on SIGTERM, how long running streams may finish"})
     health_port: int = field(default=0, metadata={"help": "also serve grpc.health.v1 in plaintext on this port, for probes (0: off)"})

@@ -4,6 +4,7 @@ session's cache: one pass, with the tree attention mask (SpecInfer; Stratos, sec
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Sequence
 
 import torch
@@ -11,11 +12,13 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformers import PreTrainedModel
 
 from verifier_svc.kv_cache import KVCache
-from verifier_svc.token_tree import TokenTree, tree_attention_mask, tree_position_ids
+from verifier_svc.pass_sizes import fastest_at_least
+from verifier_svc.token_tree import TokenTree, chain, tree_attention_mask, tree_position_ids
 
 # On CPU, BLAS runs matrix products with 2 or 3 rows 2-3x slower than with 4 (measured with
 # torch 2.13's MKL on a 2-core AMD EPYC: the model's linear layers take 10 ms for 1 row, 23 ms
-# for 2, 34 ms for 3, 17 ms for 4), so a 2- or 3-token pass is padded to this many tokens.
+# for 2, 34 ms for 3, 17 ms for 4), so a 2- or 3-token pass is padded to this many tokens until
+# `tune_pass_sizes` has timed the machine's own (pass_sizes.py).
 CPU_MIN_PASS_TOKENS = 4
 
 # On CUDA, the attention kernels a pass may use: not cuDNN's. With a mask in bfloat16, torch
@@ -43,6 +46,9 @@ class TargetModel:
         self.vocab_size: int = model.config.vocab_size
         self.context_length: int = model.config.max_position_embeddings
         self.min_pass_tokens = CPU_MIN_PASS_TOKENS if self.device.type == "cpu" else 1
+        # pass_tokens[r - 1]: the tokens a lone pass of r real tokens runs with (padding the
+        # rest); past its end, r itself.
+        self.pass_tokens: list[int] = [1, *[max(r, self.min_pass_tokens) for r in range(2, self.min_pass_tokens + 1)]]
 
     def new_cache(self) -> KVCache:
         return KVCache(self.model.config)
@@ -53,8 +59,8 @@ class TargetModel:
         tree's root) and the tree's n nodes to the cache in ONE forward pass with the tree mask.
         Return [n+1, vocab] float32 logits on the CPU: row 0 after the root, row i+1 after node i.
 
-        Only those rows go through the output head. A short pass may be padded (see
-        CPU_MIN_PASS_TOKENS) with tokens no real token attends to. The cache grows by exactly
+        Only those rows go through the output head. A pass may be padded (to
+        pass_tokens[real - 1]: pass_sizes.py) with tokens no real token attends to. The cache grows by exactly
         len(pending) + n entries: the pending tokens, then the nodes in node order (see
         KVCache.keep for keeping one path).
         """
@@ -63,8 +69,8 @@ class TargetModel:
         mask = tree_attention_mask(tree, start, len(pending))  # [real, start + real]
         positions = tree_position_ids(tree, start, len(pending))  # [real]
         ids = [*pending, *tree.tokens.tolist()]
-        fits = start + self.min_pass_tokens <= self.context_length
-        padding = self.min_pass_tokens - real if 1 < real < self.min_pass_tokens and fits else 0
+        size = self.pass_tokens[real - 1] if real <= len(self.pass_tokens) else real
+        padding = size - real if start + size <= self.context_length else 0
         if padding:  # padding sees the cache and itself; no real token sees it
             ids += [ids[-1]] * padding
             positions = torch.cat([positions, positions[-1:].expand(padding)])
@@ -86,3 +92,21 @@ class TargetModel:
             )
         cache.truncate(start + real)
         return out.logits[0, : n + 1].float().cpu()  # the kept rows end with the padding
+
+    def tune_pass_sizes(self, context_tokens: int = 128, max_tokens: int = 16, repeats: int = 3) -> list[float]:
+        """Time lone passes of 1..max_tokens tokens after a context of context_tokens (the
+        fastest of `repeats`, sizes interleaved so that a burst of contention hits them alike)
+        and pad each pass to the fastest size at or above it from now on (pass_sizes.py).
+        Returns the seconds measured."""
+        self.pass_tokens = []  # time the sizes themselves, unpadded
+        best = [float("inf")] * max_tokens
+        cache = self.new_cache()
+        self.score(cache, [1] * context_tokens, chain([]))
+        for _ in range(repeats):
+            for size in range(1, max_tokens + 1):
+                started = time.perf_counter()
+                self.score(cache, [1], chain([1] * (size - 1)))
+                best[size - 1] = min(best[size - 1], time.perf_counter() - started)
+                cache.truncate(context_tokens)
+        self.pass_tokens = fastest_at_least(best)
+        return best

@@ -48,6 +48,26 @@ def test_q_is_the_smallest_head_holding_all_but_the_tail(params: SamplingParams)
     assert abs(q.probs.sum(dtype=np.float64) - 1) < 1e-5
 
 
+@pytest.mark.parametrize("spread", ["peaked", "flat", "tied"])
+def test_a_large_vocabulary_gives_the_q_of_a_full_stable_sort(spread: str) -> None:
+    """The partial sort over the top candidates (fast) and its fallback to the whole vocabulary
+    (flat distributions, ties at the candidates' edge) keep exactly the tokens, in the order,
+    that sorting all 49,152 probabilities would."""
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal(49152) * 3).astype(np.float32)
+    if spread == "peaked":
+        x += 12 * (rng.random(49152) < 0.002)
+    if spread == "tied":
+        x[:6000] = 9.0  # more equal tokens than candidates, at the top
+    params = SamplingParams(1.0)
+    p = standardize(x, params)
+    order = np.argsort(-p, kind="stable")
+    keep = min(int(np.searchsorted(np.cumsum(p[order]), 1 - TAIL_MASS, side="left")) + 1, int(np.count_nonzero(p)))
+    q = draft_distribution(x, params)
+    assert np.array_equal(q.token_ids, order[:keep])
+    assert np.array_equal(q.probs, (p[order[:keep]] / p[order[:keep]].sum()).astype(np.float32))
+
+
 def test_greedy_is_a_point_mass_at_the_argmax_lowest_id_on_ties() -> None:
     x = logits(2)
     x[[10, 20]] = x.max() + 1

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import socket
 import threading
 import time
 import urllib.request
@@ -22,7 +21,7 @@ import grpc
 import pytest
 
 from specdec.client import AsyncClient, Client
-from specdec.launcher import Service
+from specdec.launcher import Service, free_port
 from specdec.v1 import verifier_pb2, verifier_pb2_grpc
 
 pytestmark = pytest.mark.slow
@@ -32,19 +31,13 @@ GREEDY = dict(messages=POEM, max_new_tokens=64, temperature=0.0, num_draft_token
 VERIFIER_ARGS = ["--max-sessions", "8", "--grace-seconds", "30"]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Faults:
     """Two verifiers and a drafter that resumes quickly (load polled every 0.2 s, many attempts)."""
 
     def __init__(self, logs: Path) -> None:
         self.logs = logs
         self.verifiers = [Service("verifier", VERIFIER_ARGS, logs / f"verifier-{i}.log") for i in range(2)]
-        self.metrics_port = _free_port()
+        self.metrics_port = free_port()
         self.drafter = self._start_drafter()
         for service in [*self.verifiers, self.drafter]:
             service.wait_serving(600)

@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import time
@@ -26,7 +25,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from specdec import tls
 from specdec.client import Client
-from specdec.launcher import Service
+from specdec.launcher import Service, free_port
 from tests.fake_verifier import FakeVerifier
 
 
@@ -94,18 +93,12 @@ def test_half_configured_tls_is_an_error(pki: dict[str, str]) -> None:
     assert tls.server_credentials("", "") is None and tls.channel_credentials("") is None
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_drafter_process_over_tls_end_to_end(pki: dict[str, str], tokenizer, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     verifier = FakeVerifier(
         tokenizer.fingerprint, next_token=tokenizer.encode(" yes")[0],
         credentials=tls.server_credentials(pki["server_cert"], pki["server_key"], pki["ca"]),
     )
-    health_port, metrics_port = _free_port(), _free_port()
+    health_port, metrics_port = free_port(), free_port()
     env = {
         "SPECDEC_DRAFTER_VERIFIER": f"127.0.0.1:{verifier.port}",
         "SPECDEC_DRAFTER_VERIFIER_TLS_CA_FILE": pki["ca"],

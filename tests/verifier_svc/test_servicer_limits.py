@@ -6,7 +6,6 @@ ones finish; the /metrics endpoint's series match what the clients received."""
 from __future__ import annotations
 
 import asyncio
-import socket
 import urllib.request
 from collections.abc import Iterator
 
@@ -16,6 +15,7 @@ import torch
 from prometheus_client.parser import text_string_to_metric_families
 
 from specdec.grpc_server import ExceptionToStatusInterceptor
+from specdec.launcher import free_port
 from specdec.metrics import VerifierMetrics, serve_metrics
 from specdec.v1 import common_pb2, verifier_pb2, verifier_pb2_grpc
 from verifier_svc.kv_cache import kv_bytes_per_token
@@ -31,12 +31,6 @@ PROMPTS = [
 ]
 NEW_TOKENS = 12
 MAX_DRAFT = 4
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +57,7 @@ def serving(target: TargetModel, tokenizer, max_sessions: int, max_kv_bytes: int
     servicer = VerifierServicer(max_sessions, MAX_DRAFT, MAX_DRAFT, 2048, Batching(max_wait_ms=20, max_kv_bytes=max_kv_bytes, retry_after_ms=250), metrics)
     holder.append(servicer)
     servicer.set_ready(target, tokenizer)
-    port = _free_port()
+    port = free_port()
     serve_metrics(metrics.registry, "127.0.0.1", port)
     return servicer, metrics, port
 

@@ -144,6 +144,35 @@ def test_padded_short_pass_scores_like_an_unpadded_one(target: TargetModel, toke
         torch.testing.assert_close(padded, plain, atol=2e-4, rtol=1e-4)
 
 
+def test_a_pass_padded_to_a_tuned_size_scores_like_an_unpadded_one(target: TargetModel, tokenizer) -> None:  # type: ignore[no-untyped-def]
+    """Whatever sizes the machine's timing picked, padding changes no real row: a 7-token pass
+    padded to 9 and a 5-token tree padded to 8 give the logits of unpadded passes."""
+    prompt = tokenizer.encode("Speculative decoding is a way to")
+    tuned = TargetModel(target.model, "tuned")
+    tuned.pass_tokens = [1, 4, 4, 4, 8, 6, 9, 8, 9]
+    unpadded = TargetModel(target.model, "unpadded")
+    unpadded.pass_tokens = []
+    results = []
+    for model in (tuned, unpadded):
+        cache = model.new_cache()
+        model.score(cache, prompt[:-1], chain([]))
+        seven = model.score(cache, prompt[-1:], chain([11, 12, 13, 14, 15, 16]))
+        assert len(cache) == len(prompt) + 6  # the padding left no cache entries behind
+        cache.truncate(len(prompt))
+        tree = model.score(cache, [11], build_tree([42, 7, 8, 9], [ROOT, ROOT, 0, 1]))
+        assert len(cache) == len(prompt) + 5
+        results.append((seven, tree))
+    for padded, plain in zip(*results):
+        torch.testing.assert_close(padded, plain, atol=2e-4, rtol=1e-4)
+
+
+def test_tuning_times_every_size_and_keeps_plain_decoding_unpadded(target: TargetModel) -> None:
+    tuned = TargetModel(target.model, "tuned")
+    seconds = tuned.tune_pass_sizes(context_tokens=32, max_tokens=6, repeats=1)
+    assert len(seconds) == 6 and all(t > 0 for t in seconds)
+    assert tuned.pass_tokens[0] == 1 and all(r + 1 <= s <= 6 for r, s in enumerate(tuned.pass_tokens))
+
+
 def test_session_limits(target: TargetModel) -> None:
     limits = Limits(max_draft_tokens=3, max_draft_depth=2, context_length=8)
     with pytest.raises(InvalidArgument, match="open.prompt_token_ids"):
