@@ -4,8 +4,8 @@ online from the verify_seconds the verifier returns with every verdict.
 Leviathan et al. (2023), section 3.2, price a round of K drafts at (K c + 1) target passes, c being
 the cost of one draft-model step relative to one target pass. Our drafters cost nothing; what grows
 with K is the target pass itself: on a CPU a pass over more tokens takes longer (SmolLM2-135M on
-this project's 2 cores: ~57 ms for 1 token, ~75 ms for 5, ~86 ms for 9, ~98 ms for 17; 2- and
-3-token passes are padded to 4). The model, in seconds, for a round of n drafted nodes:
+this project's 2 cores: ~57 ms for 1 token, ~75 ms for 5, ~86 ms for 9, ~98 ms for 17; short
+passes are padded to a faster size: verifier_svc/pass_sizes.py). The model, in seconds, for a round of n drafted nodes:
 
     t(0) = t_plain                      (one plain decoding step)
     t(n) = t_fixed + t_node * n,  n >= 1

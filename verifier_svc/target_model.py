@@ -59,9 +59,9 @@ class TargetModel:
         tree's root) and the tree's n nodes to the cache in ONE forward pass with the tree mask.
         Return [n+1, vocab] float32 logits on the CPU: row 0 after the root, row i+1 after node i.
 
-        Only those rows go through the output head. A pass may be padded (to
-        pass_tokens[real - 1]: pass_sizes.py) with tokens no real token attends to. The cache grows by exactly
-        len(pending) + n entries: the pending tokens, then the nodes in node order (see
+        Only those rows go through the output head. A pass may be padded (to pass_tokens[real -
+        1] tokens: pass_sizes.py) with tokens no real token attends to. The cache grows by
+        exactly len(pending) + n entries: the pending tokens, then the nodes in node order (see
         KVCache.keep for keeping one path).
         """
         start, n = len(cache), len(tree)
