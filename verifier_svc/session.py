@@ -8,7 +8,6 @@ session may opt into a lossy rule instead (lossy_acceptance.py: lenient or mento
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass, replace
 
