@@ -1,6 +1,6 @@
 """Where a generation's time goes, per speculation configuration: one session at a time.
 
-For each configuration, the same Spec-Bench prompts (the same seeds) are generated, `--repeats`
+For each configuration (named as in `specdec bench --configs`: bench/systems.py), the same Spec-Bench prompts (the same seeds) are generated, `--repeats`
 times, interleaved so that drift of the machine falls on all alike, and the generation
 statistics are summed (drafter.proto, GenerationStats): milliseconds per generated token, and per
 round the drafted nodes, the drafting milliseconds, the verifier's (`verify_seconds`: queueing,
@@ -21,16 +21,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bench.prompts import QUESTIONS_FILE, bench_dir, load_questions, select
+from bench.systems import parse_config
 from specdec.client import Client, GenerationStats
 from specdec.launcher import LocalCluster
 
-# name -> GenerateRequest speculation fields; {} is the service's defaults.
-CONFIGS: dict[str, dict] = {
-    "onnx-k4": {"drafter": "onnx-quantized", "num_draft_tokens": 4, "draft_policy": "fixed", "overlap": False},
-    "onnx-k6": {"drafter": "onnx-quantized", "num_draft_tokens": 6, "draft_policy": "fixed", "overlap": False},
-    "onnx-k6-auto": {"drafter": "onnx-quantized", "num_draft_tokens": 6, "draft_policy": "auto", "overlap": False},
-    "defaults": {},
-}
+CONFIGS = "onnx-quantized-k4,onnx-quantized-k6,onnx-quantized-k6-auto,defaults"
 FIELDS = ("generated_tokens", "total_seconds", "rounds", "drafted_tokens", "draft_seconds", "verify_seconds", "network_seconds", "q_bytes")
 
 
@@ -41,7 +36,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--per-row", type=int, default=3)
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--max-new-tokens", type=int, default=128)
-    p.add_argument("--configs", default=",".join(CONFIGS), help=f"comma-separated, of {', '.join(CONFIGS)}")
+    p.add_argument("--configs", default=CONFIGS, help="comma-separated configuration names, as for `specdec bench`")
     return p.parse_args(argv)
 
 
@@ -58,30 +53,30 @@ def row(name: str, totals: dict[str, float]) -> str:
 
 def main(argv: Sequence[str]) -> int:
     args = parse_args(argv)
-    configs = args.configs.split(",")
-    unknown = [c for c in configs if c not in CONFIGS]
-    if unknown:
-        raise SystemExit(f"unknown configs {unknown}; expected some of {', '.join(CONFIGS)}")
+    try:
+        configs = [parse_config(name) for name in args.configs.split(",")]
+    except ValueError as error:
+        raise SystemExit(str(error)) from error
     prompts = select(load_questions(bench_dir() / QUESTIONS_FILE), args.rows.split(","), args.per_row)
-    totals = {name: dict.fromkeys(FIELDS, 0.0) for name in configs}
+    totals = {config.name: dict.fromkeys(FIELDS, 0.0) for config in configs}
     with tempfile.TemporaryDirectory() as logs, LocalCluster(Path(logs), verifier_args=["--prefix-cache-tokens=0"]) as cluster:
         with Client(cluster.address) as client:
             client.generate(messages=prompts[0].messages, max_new_tokens=8, temperature=args.temperature, seed=1)  # warm-up
             for _ in range(args.repeats):
-                for name in configs:
+                for config in configs:
                     for i, prompt in enumerate(prompts):
                         stats: GenerationStats = client.generate(
                             messages=prompt.messages, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-                            seed=100 + i, **CONFIGS[name],
+                            seed=100 + i, **config.request_fields(),
                         ).stats
                         for key in FIELDS:
-                            totals[name][key] += getattr(stats, key)
+                            totals[config.name][key] += getattr(stats, key)
     print(f"{len(prompts)} prompts ({args.rows}) x {args.repeats}, temperature {args.temperature}, {args.max_new_tokens} new tokens at most\n")
     print("| config | ms per token | tokens | rounds | drafted per round | drafting ms per round | verifier ms per round "
           "| network ms per round | other ms per round | q KB per round |")
     print("|---|---|---|---|---|---|---|---|---|---|")
-    for name in configs:
-        print(row(name, totals[name]))
+    for config in configs:
+        print(row(config.name, totals[config.name]))
     return 0
 
 

@@ -89,6 +89,13 @@ class SpecdecConfig:
     def speculates(self) -> bool:
         return self.num_draft_tokens is None or self.num_draft_tokens > 0
 
+    def request_fields(self) -> dict:
+        """The speculation fields of a generate call (specdec.client.build_request) for this configuration."""
+        return {
+            "drafter": self.drafter, "num_draft_tokens": self.num_draft_tokens, "max_tree_nodes": self.max_tree_nodes,
+            "acceptance": self.acceptance, "draft_policy": self.draft_policy, "overlap": self.overlap,
+        }
+
 
 def parse_config(name: str) -> SpecdecConfig:
     """`baseline`, `DRAFTER-kN` (N >= 1) or `DRAFTER-kN-tM` (M > N), each optionally followed by
@@ -135,12 +142,7 @@ class SpecdecSystem:
             max_new_tokens=decoding.max_new_tokens,
             temperature=decoding.temperature,
             seed=decoding.seed,
-            drafter=self._config.drafter,
-            num_draft_tokens=self._config.num_draft_tokens,
-            max_tree_nodes=self._config.max_tree_nodes,
-            acceptance=self._config.acceptance,
-            draft_policy=self._config.draft_policy,
-            overlap=self._config.overlap,
+            **self._config.request_fields(),
         )
         wall = time.perf_counter() - started
         s = result.stats

@@ -9,6 +9,7 @@ session may opt into a lossy rule instead (lossy_acceptance.py: lenient or mento
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import torch
@@ -178,10 +179,11 @@ def _checked_tree(round_: RoundInput, limits: Limits, vocab_size: int) -> TokenT
     return build_tree(round_.tokens, round_.parents)
 
 
-def _check_ids(ids: list[int], vocab_size: int, field: str) -> None:
-    bad = next((t for t in ids if not 0 <= t < vocab_size), None)
-    if bad is not None:
-        raise InvalidArgument(field, f"token id {bad} is outside the vocabulary [0, {vocab_size})")
+def _check_ids(ids: Sequence[int] | torch.Tensor, vocab_size: int, field: str) -> None:
+    ids = torch.as_tensor(ids, dtype=torch.long)
+    outside = (ids < 0) | (ids >= vocab_size)
+    if bool(outside.any()):
+        raise InvalidArgument(field, f"token id {int(ids[outside][0])} is outside the vocabulary [0, {vocab_size})")
 
 
 def _q_tensors(round_: RoundInput, vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -199,10 +201,7 @@ def _q_tensors(round_: RoundInput, vocab_size: int) -> tuple[torch.Tensor, torch
         if not ids or len(ids) != len(probs):
             raise InvalidArgument(field, "token_ids and probs must be non-empty and of equal length")
         ids_t, probs_t = torch.tensor(ids, dtype=torch.long), torch.tensor(probs, dtype=torch.float64)
-        outside = (ids_t < 0) | (ids_t >= vocab_size)
-        if bool(outside.any()):
-            bad = int(ids_t[outside][0])
-            raise InvalidArgument(f"{field}.token_ids", f"token id {bad} is outside the vocabulary [0, {vocab_size})")
+        _check_ids(ids_t, vocab_size, f"{field}.token_ids")
         if torch.unique(ids_t).numel() != len(ids):
             raise InvalidArgument(f"{field}.token_ids", "token ids must be distinct")
         if not bool((probs_t.isfinite() & (probs_t >= 0) & (probs_t <= 1)).all()):
