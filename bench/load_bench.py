@@ -1,24 +1,27 @@
 """Load benchmark: N concurrent clients against one drafter + one verifier, speculation on vs off.
 
-For each N (default 1 2 4 8 16 32) the benchmark runs paired rounds: a round is a list of
-`--requests-per-client` x N requests (prompts r M, r M + 1, ... for round r of M requests,
-cycling over the Spec-Bench rows) drained by N concurrent clients on one channel, each client
-sending the next request of the list as soon as its last one ended; the whole round is run once
-with the drafter's default speculation and once with it off
-(num_draft_tokens = 0), in alternating order (on/off, off/on, ...) so that drift of the machine
-falls on both modes alike. Decoding is greedy and speculation exact, so both halves of a pair
-generate the same tokens from the same prompts: a pair's throughput ratio compares identical
-work, and the median over pairs (with its min-max spread) is the figure reported. Rounds repeat
-until `--seconds` per N is spent, at least `--min-pairs` and at most `--max-pairs` pairs. Run
-the verifier with its prefix cache off (`--verifier-arg=--prefix-cache-tokens=0`), or the
-second half of each pair would reuse the first half's prefills.
+For each N (default 1 2 4 8 16 32) the benchmark runs pairs of halves, one half with the
+drafter's default speculation and one with it off (num_draft_tokens = 0), in alternating order
+(on/off, off/on, ...) so that drift of the machine falls on both modes alike. In a half, N
+concurrent clients on one channel send requests for a fixed time, each client the next prompt
+as soon as its last request ended (prompts s, s + 1, ... cycling over the Spec-Bench rows; both
+halves of a pair start at the same s, the next pair after the prompts either half reached). The
+measured window opens when every client has its first token, so the load is N sessions
+throughout, and lasts `--window` seconds; the tokens that arrived inside it count, and the
+requests still running at its end are cancelled (the next half starts when the verifier holds
+no session). Decoding is greedy and speculation exact, so both halves generate the same tokens
+from the same prompts, the faster half further along them. Pairs repeat until `--seconds` per N
+is spent, at least `--min-pairs` and at most `--max-pairs`; the median of the pairs' ratios,
+with its min-max spread, and all tokens over all seconds are reported. Run the verifier with
+its prefix cache off (`--verifier-arg=--prefix-cache-tokens=0`), or the second half of each
+pair would reuse the first half's prefills.
 
-Per (N, mode): aggregate throughput (generated tokens / wall time of its rounds), p50/p99 time
-to first token, p50/p99 per-token latency ((last - first token time) / (tokens - 1) per
-request), drafted nodes and target passes per token, the CPU milliseconds per generated token
+Per (N, mode): aggregate throughput (tokens in the windows / their seconds); over the requests
+that finished, p50/p99 time to first token, p50/p99 per-token latency ((last - first token
+time) / (tokens - 1) per request), drafted nodes and target passes per token, the CPU milliseconds per generated token
 each service's process used (all its threads: a drafter's work beside the verifier shows here
 even when it drafts nothing), and the verifier's rounds per pass (its /metrics counters, read
-around each round). Prints a markdown table and writes JSON
+at the window's ends). Prints a markdown table and writes JSON
 and a PNG (with matplotlib) under bench/results/.
 
     flock /tmp/specdec-cpu.lock python -m bench.load_bench --clients 1 2 4 8 16 32 --seconds 60 \
@@ -29,6 +32,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import itertools
 import json
 import statistics
 import sys
@@ -36,7 +41,7 @@ import tempfile
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -52,14 +57,12 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--clients", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32])
     p.add_argument("--seconds", type=float, default=60.0, help="time per N; pairs repeat until it is spent")
+    p.add_argument("--window", type=float, default=20.0, help="measured seconds per half (mode) of a pair")
     p.add_argument("--min-pairs", type=int, default=3, help="on/off pairs per N at least")
     p.add_argument("--max-pairs", type=int, default=12, help="on/off pairs per N at most")
-    p.add_argument("--requests-per-client", type=int, default=2,
-                   help="a round's requests per client: with 1, a round is N requests at once and ends with its slowest "
-                        "(a batch's completion time); with more, clients that finish early take the next request")
-    p.add_argument("--warm-rounds", type=int, default=1,
-                   help="unmeasured rounds per N and mode before its pairs, one request per client: the first pair "
-                        "(speculation first) would otherwise start from the state the previous N left")
+    p.add_argument("--warm-window", type=float, default=5.0,
+                   help="an unmeasured half per N and mode before its pairs, this long: the first pair (speculation "
+                        "first) would otherwise start from the state the previous N left")
     p.add_argument("--max-new-tokens", type=int, default=48)
     p.add_argument("--per-row", type=int, default=4, help="prompts per Spec-Bench task")
     p.add_argument("--verifier-arg", action="append", default=[], help="extra flag for the verifier (repeatable)")
@@ -76,27 +79,39 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-async def one_request(client: AsyncClient, prompt: Prompt, max_new_tokens: int, speculate: bool) -> dict | None:
-    sent = time.perf_counter()
-    times: list[float] = []
-    tokens = 0
-    stats = None
+async def one_request(
+    client: AsyncClient, prompt: Prompt, max_new_tokens: int, speculate: bool, record: dict, arrived: Callable[[dict], None]
+) -> None:
+    """Stream one request into `record`: each chunk's arrival time and token count as it comes (so
+    a request cancelled at the window's end still counts what arrived; `arrived` is told of each),
+    then its statistics."""
+    record |= {"sent": time.perf_counter(), "arrivals": []}
     kwargs = {} if speculate else {"num_draft_tokens": 0}
-    async for chunk in client.stream(messages=prompt.messages, max_new_tokens=max_new_tokens, temperature=0.0, **kwargs):
-        if chunk.token_ids:
-            times.append(time.perf_counter())
-            tokens += len(chunk.token_ids)
-        stats = chunk.stats or stats
-    if not tokens:
+    stream = client.stream(messages=prompt.messages, max_new_tokens=max_new_tokens, temperature=0.0, **kwargs)
+    async with contextlib.aclosing(stream):  # a cancelled request cancels its call
+        async for chunk in stream:
+            if chunk.token_ids:
+                record["arrivals"].append((time.perf_counter(), len(chunk.token_ids)))
+                arrived(record)
+            if chunk.stats:
+                record["stats"] = chunk.stats
+
+
+def _sample(record: dict) -> dict | None:
+    """A finished request's latencies and what speculation did; None for one cut off or empty."""
+    stats, arrivals = record.get("stats"), record.get("arrivals")
+    if stats is None or not arrivals:
         return None
+    tokens = sum(n for _, n in arrivals)
+    first, last = arrivals[0][0], arrivals[-1][0]
     return {
         "tokens": tokens,
-        "ttft": times[0] - sent,
-        "per_token": (times[-1] - times[0]) / (tokens - 1) if tokens > 1 else None,
-        "rounds": stats.rounds if stats else 0,
-        "drafted": stats.drafted_tokens if stats else 0,
-        "drafter": stats.drafter if stats else "",
-        "accepted": stats.accepted_tokens if stats else 0,
+        "ttft": first - record["sent"],
+        "per_token": (last - first) / (tokens - 1) if tokens > 1 else None,
+        "rounds": stats.rounds,
+        "drafted": stats.drafted_tokens,
+        "drafter": stats.drafter,
+        "accepted": stats.accepted_tokens,
     }
 
 
@@ -107,6 +122,7 @@ PASS_COUNTERS = {
     "pass_rounds": "specdec_verifier_batch_size_sum",
     "pass_tokens": "specdec_verifier_pass_tokens_total",
     "pass_seconds": "specdec_verifier_pass_seconds_sum",
+    "open_sessions": "specdec_verifier_open_sessions",
 }
 
 
@@ -122,53 +138,81 @@ class Meters:
         lines = dict(line.split()[:2] for line in urllib.request.urlopen(self.url, timeout=5).read().decode().splitlines() if line and line[0] != "#")
         return values | {key: float(lines[name]) if name in lines else None for key, name in PASS_COUNTERS.items()}
 
+    async def idle(self, timeout: float = 60.0) -> None:
+        """Wait until the verifier holds no session: the cancelled requests of a half are freed
+        before the next half starts."""
+        deadline = time.perf_counter() + timeout
+        while (await asyncio.to_thread(self.read))["open_sessions"] and time.perf_counter() < deadline:
+            await asyncio.sleep(0.05)
+
 
 def _used(before: dict[str, float | None], after: dict[str, float | None]) -> dict[str, float | None]:
-    return {k: None if before[k] is None or after[k] is None else after[k] - before[k] for k in before}  # type: ignore[operator]
+    return {k: None if before[k] is None or after[k] is None else after[k] - before[k] for k in before if k != "open_sessions"}  # type: ignore[operator]
 
 
-async def run_round(
-    client: AsyncClient, batch: Sequence[Prompt], clients: int, max_new_tokens: int, speculate: bool, meters: Meters | None = None
+async def run_half(
+    client: AsyncClient, prompts: Sequence[Prompt], start: int, clients: int, window: float, max_new_tokens: int,
+    speculate: bool, meters: Meters,
 ) -> dict:
-    """`batch` drained by `clients` concurrent clients, each taking the next prompt when its
-    request ends: tokens, seconds until the last ends, samples, and what the services used
-    meanwhile (Meters; None where unknown)."""
-    before = meters.read() if meters else {}
-    todo = iter(enumerate(batch))
-    results: list[dict | None] = [None] * len(batch)
+    """N = `clients` clients sending prompts start, start + 1, ... (cycling; each client takes the
+    next prompt when its request ends) in one mode. The window opens when every client has its
+    first token (the first prefills are behind it) and lasts `window` seconds; then every request
+    still running is cancelled. Tokens are those that arrived inside the window; samples are the
+    requests that finished; `used` is what the services spent inside the window (Meters)."""
+    records: list[dict] = []
+    todo = (prompts[(start + k) % len(prompts)] for k in itertools.count())
+    live: set[int] = set()  # clients that have had a token
+    opened = asyncio.Event()
 
-    async def one_client() -> None:
-        for i, prompt in todo:  # shared: each prompt goes to the first client free
-            results[i] = await one_request(client, prompt, max_new_tokens, speculate)
+    def arrived(record: dict) -> None:
+        live.add(record["client"])
+        if len(live) == clients:
+            opened.set()
 
-    started = time.perf_counter()
-    await asyncio.gather(*(one_client() for _ in range(clients)))
-    seconds = time.perf_counter() - started
-    samples = [r for r in results if r is not None]
-    used = _used(before, meters.read()) if meters else {}
-    return {"tokens": sum(s["tokens"] for s in samples), "seconds": seconds, "samples": samples, "used": used}
+    async def one_client(index: int) -> None:
+        for prompt in todo:  # shared: each prompt goes to the first client free
+            records.append({"client": index})
+            await one_request(client, prompt, max_new_tokens, speculate, records[-1], arrived)
+
+    tasks = [asyncio.ensure_future(one_client(i)) for i in range(clients)]
+    opening = asyncio.ensure_future(opened.wait())
+    await asyncio.wait([opening, *tasks], return_when=asyncio.FIRST_COMPLETED)
+    opening.cancel()
+    if opened.is_set():
+        opened_at, before = time.perf_counter(), await asyncio.to_thread(meters.read)
+        await asyncio.sleep(window)
+        closed_at, after = time.perf_counter(), await asyncio.to_thread(meters.read)
+    for task in tasks:
+        task.cancel()
+    for outcome in await asyncio.gather(*tasks, return_exceptions=True):
+        if isinstance(outcome, Exception):  # a request failed: the run is not a measurement
+            raise outcome
+    await meters.idle()
+    if not opened.is_set():
+        raise RuntimeError(f"the clients ended before all {clients} had a token")
+    tokens = sum(n for r in records for t, n in r.get("arrivals", ()) if opened_at <= t < closed_at)
+    samples = [s for s in map(_sample, records) if s is not None]
+    return {"tokens": tokens, "seconds": closed_at - opened_at, "samples": samples, "used": _used(before, after),
+            "requests": len(records)}
 
 
 async def measure(
     cluster: LocalCluster, meters: Meters, prompts: Sequence[Prompt], clients: int, args: argparse.Namespace
 ) -> tuple[list[dict], list[dict]]:
-    """Paired rounds at N = clients (module docstring): the two modes' rows and the pairs."""
+    """Paired halves at N = clients (module docstring): the two modes' rows and the pairs."""
     runs: dict[bool, list[dict]] = {True: [], False: []}
     pairs: list[dict] = []
-    size = clients * args.requests_per_client  # requests per round
     async with AsyncClient(cluster.address) as client:  # one channel, many streams
-        for r in range(args.warm_rounds):  # not measured, one request per client: see parse_args
-            batch = [prompts[(r * size + k) % len(prompts)] for k in range(clients)]
-            for speculate in (True, False):
-                await run_round(client, batch, clients, args.max_new_tokens, speculate)
-        started = time.perf_counter()
+        for speculate in (True, False):  # not measured: see parse_args
+            await run_half(client, prompts, 0, clients, args.warm_window, args.max_new_tokens, speculate, meters)
+        started, start = time.perf_counter(), 0
         while len(pairs) < args.min_pairs or (len(pairs) < args.max_pairs and time.perf_counter() - started < args.seconds):
             r = len(pairs)
-            batch = [prompts[(r * size + k) % len(prompts)] for k in range(size)]
             pair: dict[bool, dict] = {}
             for speculate in ((True, False) if r % 2 == 0 else (False, True)):
-                pair[speculate] = await run_round(client, batch, clients, args.max_new_tokens, speculate, meters)
+                pair[speculate] = await run_half(client, prompts, start, clients, args.window, args.max_new_tokens, speculate, meters)
                 runs[speculate].append(pair[speculate])
+            start += max(pair[m]["requests"] for m in (True, False))  # the next pair's prompts are new ones
             on, off = (pair[m]["tokens"] / pair[m]["seconds"] for m in (True, False))
             pairs.append({"clients": clients, "spec_tokens_per_second": on, "plain_tokens_per_second": off, "ratio": on / off,
                           "spec_tokens": pair[True]["tokens"], "plain_tokens": pair[False]["tokens"],
@@ -205,8 +249,8 @@ def summarize(clients: int, speculate: bool, rounds: Sequence[dict], pairs: Sequ
         "per_token_p50": percentile(per_token, 0.5),
         "per_token_p99": percentile(per_token, 0.99),
         # What speculation did: drafted tokens and target passes per generated token.
-        "drafted_per_token": sum(s["drafted"] for s in samples) / max(1, tokens),
-        "passes_per_token": sum(s["rounds"] for s in samples) / max(1, tokens),
+        "drafted_per_token": sum(s["drafted"] for s in samples) / max(1, sum(s["tokens"] for s in samples)),
+        "passes_per_token": sum(s["rounds"] for s in samples) / max(1, sum(s["tokens"] for s in samples)),
         # CPU milliseconds per generated token, per service process; the verifier's passes (None where unknown).
         **{f"{kind}_cpu_ms_per_token": _per_token(rounds, f"{kind}_cpu_seconds", tokens, 1000) for kind in ("drafter", "verifier")},
         "verifier_passes_per_token": _per_token(rounds, "passes", tokens),
@@ -333,7 +377,7 @@ def main(argv: Sequence[str]) -> int:
 
 async def _warm_up(address: str, prompt: Prompt) -> None:
     async with AsyncClient(address) as client:
-        await run_round(client, [prompt], 1, 8, True)
+        await one_request(client, prompt, 8, True, {}, lambda record: None)
 
 
 if __name__ == "__main__":
