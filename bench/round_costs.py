@@ -5,7 +5,8 @@ times, interleaved so that drift of the machine falls on all alike, and the gene
 statistics are summed (drafter.proto, GenerationStats): milliseconds per generated token, and per
 round the drafted nodes, the drafting milliseconds, the verifier's (`verify_seconds`: queueing,
 the target pass, acceptance), the network's (round trip minus the verifier's), what is left
-(the drafter's bookkeeping between rounds), and the KB of q sent. At temperature 0 every
+(the drafter's bookkeeping between rounds), and the KB of q sent; and per draft position, the
+share of rounds that drafted it and of those the share that accepted it. At temperature 0 every
 configuration generates the same text; at temperature > 0 each its own sample, so per-token
 figures compare different texts.
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -59,6 +61,7 @@ def main(argv: Sequence[str]) -> int:
         raise SystemExit(str(error)) from error
     prompts = select(load_questions(bench_dir() / QUESTIONS_FILE), args.rows.split(","), args.per_row)
     totals = {config.name: dict.fromkeys(FIELDS, 0.0) for config in configs}
+    positions = {config.name: {"drafted": Counter(), "accepted": Counter()} for config in configs}
     with tempfile.TemporaryDirectory() as logs, LocalCluster(Path(logs), verifier_args=["--prefix-cache-tokens=0"]) as cluster:
         with Client(cluster.address) as client:
             client.generate(messages=prompts[0].messages, max_new_tokens=8, temperature=args.temperature, seed=1)  # warm-up
@@ -71,12 +74,22 @@ def main(argv: Sequence[str]) -> int:
                         ).stats
                         for key in FIELDS:
                             totals[config.name][key] += getattr(stats, key)
+                        for key in ("drafted", "accepted"):
+                            positions[config.name][key].update(dict(enumerate(getattr(stats, f"{key}_by_position"), 1)))
     print(f"{len(prompts)} prompts ({args.rows}) x {args.repeats}, temperature {args.temperature}, {args.max_new_tokens} new tokens at most\n")
     print("| config | ms per token | tokens | rounds | drafted per round | drafting ms per round | verifier ms per round "
           "| network ms per round | other ms per round | q KB per round |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for config in configs:
         print(row(config.name, totals[config.name]))
+    depth = max((max(p["drafted"], default=0) for p in positions.values()), default=0)
+    print("\nPer draft position: the share of rounds that drafted it, and the share of those that accepted it\n")
+    print("| config | " + " | ".join(f"position {j}" for j in range(1, depth + 1)) + " |")
+    print("|---|" + "---|" * depth)
+    for config in configs:
+        drafted, accepted, rounds = positions[config.name]["drafted"], positions[config.name]["accepted"], max(1.0, totals[config.name]["rounds"])
+        cells = (f"{drafted[j] / rounds:.2f} / {accepted[j] / max(1, drafted[j]):.2f}" for j in range(1, depth + 1))
+        print(f"| {config.name} | " + " | ".join(cells) + " |")
     return 0
 
 

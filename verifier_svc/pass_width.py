@@ -18,14 +18,15 @@ Widening never lowers the pass's expected rate below the plain pass's B / t0, by
 
 Expected tokens of node i (node_gains): the probability that it is on the accepted path,
 g_i = g_parent alpha (1 - alpha)^r_i (g_root = 1; r_i: earlier siblings, each of which must be
-rejected first), alpha being the session's measured acceptance of its drafts (AcceptanceRate).
+rejected first), alpha being the session's measured acceptance of a node whose parent was
+accepted (AcceptanceRate over primary_labels).
 
 Pure: no I/O, no torch.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 ROOT = -1
 PRIOR_ALPHA = 0.5  # a new verifier's guess, before any verdict
@@ -60,14 +61,19 @@ def pass_width(pending: Sequence[int], gains: Sequence[Sequence[float]], plain_s
     return best
 
 
-def primary_labels(parents: Sequence[int], acceptance_probs: Sequence[float]) -> list[float]:
+def primary_labels(parents: Sequence[int], acceptance_probs: Sequence[float], accepted: Collection[int]) -> list[float]:
     """acceptance_probs of the primary path (the first child at every level), which is what a
-    drafter's own confidence ranks first: the labels alpha is learned from."""
+    drafter's own confidence ranks first, as far as the walk reached it: up to and including its
+    first node not `accepted`. Nodes past that one were scored on a prefix the target rejected;
+    a copy draft's later tokens often still match there, and counting them overstates what a
+    node adds (node_gains' alpha is the acceptance of a node whose parent was accepted)."""
     labels: list[float] = []
     at = ROOT
     for i, parent in enumerate(parents):
         if parent == at and i < len(acceptance_probs):
             labels.append(float(acceptance_probs[i]))
+            if i not in accepted:
+                break
             at = i
     return labels
 

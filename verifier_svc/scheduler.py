@@ -216,7 +216,7 @@ class Scheduler:
             self.pass_time.observe(rows, slots, seconds)
         for (w, p), (_, verdict, _) in zip(ready, results):
             if isinstance(verdict, RoundVerdict) and len(p.tree):
-                labels = primary_labels(p.round.parents, verdict.acceptance_probs.tolist())
+                labels = primary_labels(p.round.parents, verdict.acceptance_probs.tolist(), set(verdict.accepted_nodes))
                 self._rate(w.session).update(labels)
                 self.acceptance.update(labels)
         record = PassRecord(

@@ -51,10 +51,15 @@ def test_costly_rows_cut_every_draft_cheap_rows_keep_them_and_a_prefill_makes_it
     assert pass_width([1] * 4, [node_gains([-1, 0], 0.05)] * 4, plain_seconds=0.08, row_seconds=0.002) == 1
 
 
-def test_primary_labels_follow_the_first_child_at_every_level() -> None:
+def test_primary_labels_follow_the_first_child_at_every_level_as_far_as_it_was_reached() -> None:
     # 0 root; 1 second root; 2 child of 0; 3 child of 1; 4 second child of 0; 5 child of 2
-    assert primary_labels([-1, -1, 0, 1, 0, 2], [1.0, 0.5, 0.0, 0.3, 0.2, 0.7]) == [1.0, 0.0, 0.7]
-    assert primary_labels([-1, 0, 1], [1.0]) == [1.0]  # a verdict over a cut tree has fewer labels
+    tree, probs = [-1, -1, 0, 1, 0, 2], [1.0, 0.5, 0.9, 0.3, 0.2, 0.7]
+    assert primary_labels(tree, probs, accepted={0, 2, 5}) == [1.0, 0.9, 0.7]
+    # node 2 rejected: node 5, scored after it, is not a label
+    assert primary_labels(tree, probs, accepted={0, 4}) == [1.0, 0.9]
+    # the first node rejected: one label, whatever the later nodes scored
+    assert primary_labels([-1, 0, 1, 2], [0.0, 1.0, 1.0, 1.0], accepted=set()) == [0.0]
+    assert primary_labels([-1, 0, 1], [1.0], accepted={0}) == [1.0]  # a verdict over a cut tree has fewer labels
 
 
 def test_acceptance_rate_moves_towards_its_labels() -> None:
