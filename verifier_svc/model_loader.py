@@ -14,6 +14,7 @@ import torch
 from transformers import AutoModelForCausalLM, PreTrainedModel
 
 from specdec.model_files import build_once, is_model_folder, prepared_dir, source_path, tokenizer_dir
+from verifier_svc.attention import GROUPED_SDPA
 
 log = logging.getLogger(__name__)
 
@@ -48,5 +49,7 @@ def resolve_dtype(name: str, device: str) -> torch.dtype:
 
 
 def load_model(folder: Path, device: str, dtype: torch.dtype) -> PreTrainedModel:
-    model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype)
+    """The model on `device`; on CPU with attention.GROUPED_SDPA (grouped key/value heads read in place)."""
+    attention = GROUPED_SDPA if torch.device(device).type == "cpu" else "sdpa"
+    model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype, attn_implementation=attention)
     return model.to(device).eval()
