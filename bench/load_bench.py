@@ -18,11 +18,11 @@ pair would reuse the first half's prefills.
 
 Per (N, mode): aggregate throughput (tokens in the windows / their seconds); over the requests
 that finished, p50/p99 time to first token, p50/p99 per-token latency ((last - first token
-time) / (tokens - 1) per request), drafted nodes and target passes per token, the CPU milliseconds per generated token
-each service's process used (all its threads: a drafter's work beside the verifier shows here
-even when it drafts nothing), and the verifier's rounds per pass (its /metrics counters, read
-at the window's ends). Prints a markdown table and writes JSON
-and a PNG (with matplotlib) under bench/results/.
+time) / (tokens - 1) per request), drafted nodes and target passes per token; over the windows,
+the CPU milliseconds per generated token each service's process used (all its threads: a
+drafter's work beside the verifier shows here even when it drafts nothing) and the verifier's
+rounds per pass (its /metrics counters). Prints a markdown table and writes JSON and a PNG (with
+matplotlib) under bench/results/.
 
     flock /tmp/specdec-cpu.lock python -m bench.load_bench --clients 1 2 4 8 16 32 --seconds 60 \
         --max-new-tokens 48 --per-row 4 --verifier-arg=--prefix-cache-tokens=0
