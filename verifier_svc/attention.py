@@ -5,7 +5,7 @@ with an attention mask (every tree pass, every batched pass with drafts), transf
 copies each layer's whole key and value cache to 9 heads first (`repeat_kv`), because CUDA's
 fast kernels take no mask with grouped heads. On CPU torch's kernel takes both
 (`enable_gqa=True`), so that copy is pure cost: measured here, a batched pass of 8 sessions with
-~700-token caches took 496 ms with one drafted node against 114-197 ms without, and 123 ms
+~700-token caches took 496 ms with one drafted node against 114-197 ms without, and 127 ms
 with the heads read in place. A one-token pass without drafts was never affected (transformers
 packs its query heads instead).
 
