@@ -122,8 +122,8 @@ PASS_COUNTERS = {
     "pass_rounds": "specdec_verifier_batch_size_sum",
     "pass_tokens": "specdec_verifier_pass_tokens_total",
     "pass_seconds": "specdec_verifier_pass_seconds_sum",
-    "open_sessions": "specdec_verifier_open_sessions",
 }
+OPEN_SESSIONS = "specdec_verifier_open_sessions"
 
 
 class Meters:
@@ -133,21 +133,26 @@ class Meters:
         self.services: tuple[Service, ...] = (cluster.drafter, cluster.verifier)
         self.url = f"http://127.0.0.1:{verifier_metrics_port}/metrics"
 
+    def _metrics(self) -> dict[str, str]:
+        """The verifier's /metrics samples, by series name."""
+        text = urllib.request.urlopen(self.url, timeout=5).read().decode()
+        return dict(line.split()[:2] for line in text.splitlines() if line and line[0] != "#")
+
     def read(self) -> dict[str, float | None]:
         values: dict[str, float | None] = {f"{s.kind}_cpu_seconds": s.cpu_seconds() for s in self.services}
-        lines = dict(line.split()[:2] for line in urllib.request.urlopen(self.url, timeout=5).read().decode().splitlines() if line and line[0] != "#")
+        lines = self._metrics()
         return values | {key: float(lines[name]) if name in lines else None for key, name in PASS_COUNTERS.items()}
 
     async def idle(self, timeout: float = 60.0) -> None:
         """Wait until the verifier holds no session: the cancelled requests of a half are freed
         before the next half starts."""
         deadline = time.perf_counter() + timeout
-        while (await asyncio.to_thread(self.read))["open_sessions"] and time.perf_counter() < deadline:
+        while float((await asyncio.to_thread(self._metrics)).get(OPEN_SESSIONS, 0)) and time.perf_counter() < deadline:
             await asyncio.sleep(0.05)
 
 
 def _used(before: dict[str, float | None], after: dict[str, float | None]) -> dict[str, float | None]:
-    return {k: None if before[k] is None or after[k] is None else after[k] - before[k] for k in before if k != "open_sessions"}  # type: ignore[operator]
+    return {k: None if before[k] is None or after[k] is None else after[k] - before[k] for k in before}  # type: ignore[operator]
 
 
 async def run_half(
