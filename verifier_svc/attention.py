@@ -4,10 +4,10 @@ SmolLM2-135M has 9 query heads sharing 3 key/value heads. For a pass of more tha
 with an attention mask (every tree pass, every batched pass with drafts), transformers' `sdpa`
 copies each layer's whole key and value cache to 9 heads first (`repeat_kv`), because CUDA's
 fast kernels take no mask with grouped heads. On CPU torch's kernel takes both
-(`enable_gqa=True`), so that copy is pure cost: measured here, a batched pass of 8 sessions with
-~700-token caches took 496 ms with one drafted node against 114-197 ms without, and 127 ms
-with the heads read in place. A one-token pass without drafts was never affected (transformers
-packs its query heads instead).
+(`enable_gqa=True`), so that copy is pure cost: a batched pass of 8 sessions with 400-1,000-token
+caches and two drafted nodes takes 500 ms with `sdpa` and 162 ms with the heads read in place
+(bench/pass_times.py, both in one run). A one-token pass without drafts was never affected
+(transformers packs its query heads instead).
 
 `GROUPED_SDPA` is registered with transformers' AttentionInterface (and sdpa's mask builder);
 load_model selects it on CPU. Elsewhere (no mask, a single query token, or another device) it is
