@@ -5,8 +5,9 @@ the first waiting round and, only while other sessions are open and have not yet
 waits for them: at most `max_wait_s` from the first round's arrival, and for the sessions whose
 verdicts went out and whose drafters are turning around, until their expected turnaround
 (round_gather.py: leaving them out splits the sessions into cohorts that take turns, with half
-the rows per pass). Then it takes waiting rounds while rounds x the
-longest round's new tokens stay within `max_batch_tokens` (always at least one round) and runs them as one pass
+the rows per pass). Then it takes the first round and each waiting round whose padding costs
+less than a pass of its own, within `max_batch_tokens` padded rows (pass_packing.py: a prompt's
+prefill does not pad decode rounds to its length), and runs them as one pass
 (batched_pass.score_batch; a lone round runs TargetModel.score, so a single session pays no
 extra latency). Rounds that arrive while a pass runs wait for the next one. Each round's
 validation or acceptance error goes back to its own stream only.
@@ -33,6 +34,7 @@ from dataclasses import dataclass, field
 
 from verifier_svc.acceptance import RoundVerdict
 from verifier_svc.batched_pass import PassInput, score_batch
+from verifier_svc.pass_packing import pack
 from verifier_svc.pass_time import DECODE_MAX_PENDING, PassTimeModel
 from verifier_svc.pass_width import GLOBAL_RATE, AcceptanceRate, node_gains, pass_width, primary_labels
 from verifier_svc.round_gather import Turnarounds, cohort_deadline
@@ -145,20 +147,15 @@ class Scheduler:
                 if left <= 0:
                     break
                 self._cond.wait(left)
-            # The pass is padded to its longest round, so the budget counts rounds x that
-            # length: a long prompt (a session's first round) does not drag every short round
-            # through its length. Rounds that do not fit wait, in order, for the next pass.
-            taken: list[_Waiting] = [self._queue.popleft()]
-            longest = _new_tokens(taken[0])
-            kept: deque[_Waiting] = deque()
-            while self._queue:
-                w = self._queue.popleft()
-                if (len(taken) + 1) * max(longest, _new_tokens(w)) <= self.max_batch_tokens:
-                    taken.append(w)
-                    longest = max(longest, _new_tokens(w))
-                else:
-                    kept.append(w)
-            self._queue = kept
+            # The pass is padded to its longest round: rounds join it only while their padding
+            # costs less than a pass of their own (pass_packing.py); the others wait, in order,
+            # for the next pass.
+            waiting = list(self._queue)
+            pass_rows = self.pass_time.fixed_seconds / max(self.pass_time.row_seconds, 1e-6)
+            chosen = pack([_new_tokens(w) for w in waiting], [_pending(w) for w in waiting], self.max_batch_tokens, pass_rows)
+            taken = [waiting[i] for i in chosen]
+            picked = set(chosen)
+            self._queue = deque(w for i, w in enumerate(waiting) if i not in picked)
             return taken
 
     def _cohort_deadline(self) -> float | None:
@@ -272,9 +269,12 @@ def prune(round_: RoundInput, nodes: int) -> RoundInput:
 def _new_tokens(w: _Waiting) -> int:
     """Tokens a round adds to its pass: the pending ones (not yet cached) and its nodes (0 for a
     session that ended while its round waited: prepare() refuses that round)."""
-    if w.session.closed:
-        return 0
-    return len(w.session.tokens) - len(w.session.cache) + len(w.round.tokens)
+    return 0 if w.session.closed else _pending(w) + len(w.round.tokens)
+
+
+def _pending(w: _Waiting) -> int:
+    """A round's pending tokens: committed, not yet cached (0 for a session that has ended)."""
+    return 0 if w.session.closed else len(w.session.tokens) - len(w.session.cache)
 
 
 def _cached(session: Session) -> int:
