@@ -27,9 +27,12 @@ Leviathan's c, section 3.2, is far from 0). Such a drafter asks `keep_drafting` 
 and stops where the policy would not send deeper (SpecDec++, Algorithm 2: the stopping decision is
 made while drafting, so the steps it saves are the drafter's own): `specdec++` stops once its
 threshold is crossed; `leviathan` at its optimal K with each step priced at c = step seconds /
-plain round seconds; `auto` when no deeper depth, its acceptances extrapolated from the last
-token's prediction (the session rate before the first token), promises more tokens per unit of
-cost than the best depth within the chain so far, with every drafted step counted. Before the
+plain round seconds; `auto` when no deeper depth promises more tokens per unit of cost than the
+best depth within the chain so far, with every drafted step counted; the acceptances of tokens not
+yet drafted are extrapolated, under greedy verification, from the last token's prediction (an
+easy span runs on), and when sampling from the session's rate (a sampled token's own q, say a
+rare draw, tells nothing of the next one's: extrapolating it stopped chains early at temperature
+1); before the first token, from the session's rate. Before the
 first step this is the question whether to draft at all: a session whose model drafts would not
 pay decodes plainly without running the drafter (and probes as below). That first step may have
 to read the prompt first (a session that started under load did not prefill): its cost then
@@ -184,12 +187,14 @@ class SessionPolicy:
     """One generation's policy: `choose` cuts each round's full-depth draft, `observe` learns
     from the verdict on what was sent."""
 
-    def __init__(self, name: str, drafter: str, state: PolicyState, prompt_tokens: int = 0) -> None:
-        """prompt_tokens: the prompt's length, which the first round's pass scores too."""
+    def __init__(self, name: str, drafter: str, state: PolicyState, prompt_tokens: int = 0, greedy: bool = True) -> None:
+        """prompt_tokens: the prompt's length, which the first round's pass scores too; greedy: the
+        session's verification (else speculative sampling)."""
         if name not in POLICY_NAMES:
             raise ValueError(f"unknown draft policy {name!r}; expected one of {', '.join(POLICY_NAMES)}")
         self.name = name
         self.drafter = drafter
+        self.greedy = greedy
         self.state = state
         self.session = SessionAcceptance(prior=state.drafter_acceptance(drafter).alpha)
         self.load = 0  # rounds ahead of our last round in the verifier
@@ -298,9 +303,9 @@ class SessionPolicy:
         if self.name == "leviathan":
             costs = [cost.of(scaled_nodes(k, max_depth, max_nodes)) + step * k + first * (k > 0) for k in range(max_depth + 1)]
             return j < best_depth([expected_tokens(self.session.alpha, k) for k in range(max_depth + 1)], costs)
-        # auto: acceptance past the chain extrapolated from its last token (the session's rate before one)
+        # auto: acceptance past the chain extrapolated (module docstring, "Drafting cost")
         survive = list(chain_acceptance(predicted))
-        following = float(predicted[-1]) if j else self.session.alpha
+        following = float(predicted[-1]) if j and self.greedy else self.session.alpha
         while len(survive) <= max_depth:
             survive.append(survive[-1] * following)
         gains = np.cumsum(survive)

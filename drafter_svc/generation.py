@@ -148,7 +148,9 @@ async def generate(
         str(request.acceptance), request.draft_policy, request.overlap,
     )
     drafter = make_drafter(request.drafter, request.sampling, request.seed, 0, models)
-    policy = SessionPolicy(request.draft_policy, request.drafter, policies or PolicyState(), len(request.prompt_token_ids))
+    policy = SessionPolicy(
+        request.draft_policy, request.drafter, policies or PolicyState(), len(request.prompt_token_ids), request.sampling.greedy
+    )
     model_drafter = request.drafter in MODEL_DRAFTERS and request.num_draft_tokens > 0
     # An adaptive policy sends a model drafter's first round empty, so that its prefill runs during
     # the verifier's; `fixed` drafts every round, the first included.

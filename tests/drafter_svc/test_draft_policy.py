@@ -356,6 +356,32 @@ def test_auto_stops_drafting_after_a_token_it_predicts_will_be_rejected() -> Non
     assert draft_until_stopped(policy, 6, step, q=0.2) <= 1  # predicted ~0.15
 
 
+def test_a_sampled_session_drafts_on_past_a_rare_draw_and_a_greedy_one_stops() -> None:
+    """A token drawn with low q is predicted to be rejected more often. Under greedy verification
+    auto reads that as a hard span and extrapolates it to the tokens not yet drafted; when
+    sampling, a rare draw says nothing of the next token, so they get the session's rate and the
+    chain goes on (all else equal: the same predictor, rate and step cost)."""
+    def chain(qs: list[float]) -> Draft:
+        tokens = [100 + i for i in range(len(qs))]
+        return Draft(tokens, list(range(ROOT, len(tokens) - 1)), [[t, 1] for t in tokens], [[q, 1 - q] for q in qs])
+
+    drafted = {}
+    for greedy in (True, False):
+        state = PolicyState()
+        rng = np.random.default_rng(0)
+        teacher = SessionPolicy("auto", "onnx-quantized", state, greedy=greedy)
+        for _ in range(800):
+            q = 0.98 if rng.random() < 0.7 else 0.3
+            teacher.observe(chain([q]), [1.0 if q > 0.5 else 0.3], seconds(1), 0, first_round=False, had_draft=True)
+        policy = SessionPolicy("auto", "onnx-quantized", state, greedy=greedy)
+        policy.session.alpha = 0.9
+        qs, n = [0.98, 0.3, 0.98, 0.98, 0.98, 0.98], 0
+        while policy.keep_drafting(chain(qs[:n]), 6, 6, 0.15 * state.costs.plain):
+            n += 1
+        drafted[greedy] = n
+    assert drafted[True] == 2 and drafted[False] >= 4, drafted
+
+
 def test_specdec_plus_plus_stops_drafting_where_its_threshold_is_crossed() -> None:
     policy = SessionPolicy("specdec++", "onnx-quantized", PolicyState())
     for alpha in (0.2, 0.6, 0.9, 0.97):
