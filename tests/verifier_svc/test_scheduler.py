@@ -145,6 +145,27 @@ def test_token_budget_splits_passes_and_an_invalid_round_fails_alone() -> None:
     assert sorted(p.rounds for p in passes) == [1, 1]
 
 
+def test_a_prompts_prefill_runs_in_a_pass_of_its_own_not_padding_the_decode_rounds() -> None:
+    passes: list[PassRecord] = []
+    s = Scheduler(lambda: 3, 512, 2.0, width_by_cost=False, on_pass=passes.append)
+    s.start()
+    prompt = FakeSession()
+    prompt.tokens, prompt.cache = list(range(200)), []  # 200 tokens to prefill
+
+    async def go() -> list:
+        rounds = [s.verify(x, RoundInput.point_masses([7])) for x in (FakeSession(), prompt, FakeSession())]  # type: ignore[arg-type]
+        return await asyncio.gather(*rounds)
+
+    try:
+        results = asyncio.run(go())
+    finally:
+        s.stop()
+    assert s._worker is not None
+    s._worker.join(5)
+    assert results == [("batched", [7]), ("alone", [7]), ("batched", [7])]
+    assert [p.rounds for p in passes] == [2, 1]
+
+
 def test_under_load_trees_are_cut_to_the_row_budget_and_a_lone_round_is_not() -> None:
     passes: list[PassRecord] = []
     s = Scheduler(lambda: 2, 512, 2.0, max_pass_rows=8, width_by_cost=False, on_pass=passes.append)
