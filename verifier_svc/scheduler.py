@@ -5,9 +5,9 @@ the first waiting round and, only while other sessions are open and have not yet
 waits for them: at most `max_wait_s` from the first round's arrival, and for the sessions whose
 verdicts went out and whose drafters are turning around, until their expected turnaround
 (round_gather.py: leaving them out splits the sessions into cohorts that take turns, with half
-the rows per pass). Then it splits the waiting rounds into the passes that cost least, each
-within `max_batch_tokens` padded rows (pass_packing.py: a prompt's prefill does not pad decode
-rounds to its length, nor a long cache short ones), and runs the oldest round's as one pass
+the rows per pass). Then it takes the first round and each waiting round whose padding costs
+less than a pass of its own, within `max_batch_tokens` padded rows (pass_packing.py: a prompt's
+prefill does not pad decode rounds to its length), and runs them as one pass
 (batched_pass.score_batch; a lone round runs TargetModel.score, so a single session pays no
 extra latency). Rounds that arrive while a pass runs wait for the next one. Each round's
 validation or acceptance error goes back to its own stream only.
@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 from verifier_svc.acceptance import RoundVerdict
 from verifier_svc.batched_pass import PassInput, score_batch
-from verifier_svc.pass_packing import WaitingRound, pack
+from verifier_svc.pass_packing import pack
 from verifier_svc.pass_time import DECODE_MAX_PENDING, PassTimeModel
 from verifier_svc.pass_width import GLOBAL_RATE, AcceptanceRate, node_gains, pass_width, primary_labels
 from verifier_svc.round_gather import Turnarounds, cohort_deadline
@@ -147,19 +147,13 @@ class Scheduler:
                 if left <= 0:
                     break
                 self._cond.wait(left)
-            # The pass is padded to its longest round and cache: the waiting rounds are split
-            # into the passes that cost least (pass_packing.py), the oldest round's goes now and
-            # the others wait, in order, for the next pass.
+            # The pass is padded to its longest round: rounds join it only while their padding
+            # costs less than a pass of their own (pass_packing.py); the others wait, in order,
+            # for the next pass.
             waiting = list(self._queue)
-            shapes = [WaitingRound(_new_tokens(w), _pending(w), _cached(w.session)) for w in waiting]
-            chosen = set(pack(shapes, self.max_batch_tokens, self._pass_seconds))
+            chosen = set(pack([_new_tokens(w) for w in waiting], [_pending(w) for w in waiting], self.max_batch_tokens))
             self._queue = deque(w for i, w in enumerate(waiting) if i not in chosen)
             return [w for i, w in enumerate(waiting) if i in chosen]
-
-    def _pass_seconds(self, rows: int, slots: int) -> float:
-        """A pass's cost by the pass-time fit, each term at least 0."""
-        fit = self.pass_time
-        return fit.fixed_seconds + fit.row_seconds * rows + fit.slot_seconds * slots
 
     def _cohort_deadline(self) -> float | None:
         """Until when to wait for the sessions turning around (round_gather.py)."""
