@@ -306,9 +306,11 @@ def draft_until_stopped(policy: SessionPolicy, max_depth: int, step_seconds: flo
     return len(chain)
 
 
-def _chain(tokens: list[int], q: float) -> Draft:
-    qs = [[t, 1] if q < 1 else [t] for t in tokens]
-    probs = [[q, 1 - q] if q < 1 else [1.0] for _ in tokens]
+def _chain(tokens: list[int], q: float | list[float]) -> Draft:
+    """A chain of `tokens`, each drawn with probability q (one for all, or one per token)."""
+    each = q if isinstance(q, list) else [q] * len(tokens)
+    qs = [[t, 1] if p < 1 else [t] for t, p in zip(tokens, each)]
+    probs = [[p, 1 - p] if p < 1 else [1.0] for p in each]
     return Draft(list(tokens), list(range(ROOT, len(tokens) - 1)), qs, probs)
 
 
@@ -362,8 +364,7 @@ def test_a_sampled_session_drafts_on_past_a_rare_draw_and_a_greedy_one_stops() -
     sampling, a rare draw says nothing of the next token, so they get the session's rate and the
     chain goes on (all else equal: the same predictor, rate and step cost)."""
     def chain(qs: list[float]) -> Draft:
-        tokens = [100 + i for i in range(len(qs))]
-        return Draft(tokens, list(range(ROOT, len(tokens) - 1)), [[t, 1] for t in tokens], [[q, 1 - q] for q in qs])
+        return _chain([100 + i for i in range(len(qs))], qs)
 
     drafted = {}
     for greedy in (True, False):
