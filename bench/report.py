@@ -6,10 +6,16 @@ row's prompts, with vLLM's definitions: acceptance rate = accepted / drafted tok
 acceptance length = 1 + accepted tokens / target passes. SpecDec++'s hardware-independent rates
 are pooled too: verification rate = target passes / generated tokens, discard rate = discarded
 drafted tokens / generated tokens.
+
+A policy is compared with the best fixed length of its row by the median over prompts of their
+tokens/s ratio on the same prompt, with a bootstrap 90% interval of that median (`paired_ratio`):
+"matches" means the interval reaches 1. The best fixed length being the best of several after the
+fact, the comparison leans against the policy.
 """
 
 from __future__ import annotations
 
+import random
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -196,21 +202,46 @@ def markdown_table(summaries: Sequence[Summary]) -> str:
     return "\n".join(lines)
 
 
-def policy_table(summaries: Sequence[Summary], fixed: Sequence[str], others: Sequence[str]) -> str:
+def paired_ratio(
+    records: Sequence[Record], row: str, system: str, reference: str, resamples: int = 2000, seed: int = 0,
+) -> tuple[float, float, float] | None:
+    """Median over the row's prompts of tokens/s(system) / tokens/s(reference) on the same prompt,
+    with the 5th and 95th percentiles of that median over `resamples` bootstrap resamples of the
+    prompts (seeded); None without a prompt both ran."""
+    def speeds(name: str) -> dict[int, float]:
+        return {
+            r.question_id: r.tokens_per_second for r in records
+            if r.system == name and r.error is None and r.tokens_per_second and (row == OVERALL or r.row == row)
+        }
+
+    ours, theirs = speeds(system), speeds(reference)
+    ratios = [ours[q] / theirs[q] for q in ours if q in theirs]
+    if not ratios:
+        return None
+    rng = random.Random(seed)
+    medians = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(resamples))
+    return statistics.median(ratios), medians[int(0.05 * resamples)], medians[int(0.95 * resamples) - 1]
+
+
+def policy_table(summaries: Sequence[Summary], fixed: Sequence[str], others: Sequence[str], records: Sequence[Record] = ()) -> str:
     """Per row: the best of the `fixed` systems by speedup, chosen after the fact (the strongest
     fixed-length baseline), next to each of `others` (policies, overlap), as speedup and
-    verification / discard rate; with overlap, its hit rate and the drafting it hid."""
+    verification / discard rate; with overlap, its hit rate and the drafting it hid; given the
+    records, each of `others` against that best fixed length (paired_ratio)."""
     by = {(s.row, s.system): s for s in summaries}
     rows = list(dict.fromkeys(s.row for s in summaries))
     header = "| task | best fixed K (after the fact) | " + " | ".join(others) + " |"
     lines = [header, "|" + "---|" * (2 + len(others))]
 
-    def cell(s: Summary | None) -> str:
+    def cell(s: Summary | None, best: Summary | None = None) -> str:
         if s is None or s.speedup is None:
             return "-"
         text = f"{s.speedup:.2f}x ({_fmt(s.verification_rate, '.2f')} / {_fmt(s.discard_rate, '.2f')})"
         if s.overlap_hit_rate is not None:
             text += f", hits {s.overlap_hit_rate:.0%}, hid {_fmt(s.hidden_draft_ms_per_token, '.3f')} ms/token"
+        paired = paired_ratio(records, s.row, s.system, best.system) if best is not None and records else None
+        if paired is not None:
+            text += f"; {paired[0]:.2f} of the best fixed ({paired[1]:.2f}-{paired[2]:.2f})"
         return text
 
     for row in rows:
@@ -218,5 +249,5 @@ def policy_table(summaries: Sequence[Summary], fixed: Sequence[str], others: Seq
         best = max(candidates, key=lambda s: s.speedup or 0.0, default=None)
         task = f"**{row}**" if row == OVERALL else row
         best_cell = f"{best.system}: {cell(best)}" if best else "-"
-        lines.append(f"| {task} | {best_cell} | " + " | ".join(cell(by.get((row, o))) for o in others) + " |")
+        lines.append(f"| {task} | {best_cell} | " + " | ".join(cell(by.get((row, o)), best) for o in others) + " |")
     return "\n".join(lines)

@@ -13,8 +13,8 @@ but floating-point summation order. Token ids are compared on every hit, never o
 Entries are found at block boundaries (every `block_size` tokens) and at their full length, so a
 prompt that extends a stored one (the next turn of a chat) reuses it up to the last boundary it
 shares, and an identical prompt reuses all of it. The least recently used entries are evicted
-beyond `max_tokens` tokens in all. Thread-safe: sessions open on the event loop and store from the
-target's worker thread.
+beyond `max_tokens` tokens in all. Thread-safe: sessions look up on the event loop; the copies
+(`StoredPrefix.fill`, `store`) run on the thread that runs the target (scheduler.py).
 """
 
 from __future__ import annotations
@@ -37,6 +37,21 @@ class _Entry:
     layers: tuple[tuple[torch.Tensor, torch.Tensor], ...]  # per layer (keys, values): [batch, heads, len, dim]
 
 
+@dataclass(frozen=True)
+class StoredPrefix:
+    """A hit: the first `length` entries of a stored entry's per-layer (keys, values). It keeps
+    them alive if the entry is evicted before `fill` runs."""
+
+    length: int
+    layers: tuple[tuple[torch.Tensor, torch.Tensor], ...]
+
+    def fill(self, cache: KVCache) -> None:
+        """Copy the prefix into the empty `cache` (on the thread that runs the target: scheduler.py)."""
+        assert len(cache) == 0, "fill fills a fresh cache"
+        for i, (keys, values) in enumerate(self.layers):
+            cache.cache.update(keys[..., : self.length, :], values[..., : self.length, :], i)  # update copies (torch.cat)
+
+
 class PrefixCache:
     """Stored prompt prefixes, at most `max_tokens` tokens in all (0 turns it off)."""
 
@@ -56,13 +71,12 @@ class PrefixCache:
         """Tokens stored."""
         return self._stored_tokens
 
-    def lookup(self, prompt: Sequence[int], cache: KVCache) -> int:
-        """Fill the empty `cache` with the longest stored prefix of prompt[:-1] (the last prompt token
-        must stay pending: it is the root of the first round); return its length (0: a miss)."""
-        assert len(cache) == 0, "lookup fills a fresh cache"
+    def lookup(self, prompt: Sequence[int]) -> StoredPrefix | None:
+        """The longest stored prefix of prompt[:-1] (the last prompt token must stay pending: it is
+        the root of the first round); None: a miss. Copies nothing (StoredPrefix.fill does)."""
         usable = len(prompt) - 1
         if not self.max_tokens or usable <= 0:
-            return 0
+            return None
         with self._lock:
             for length, digest in self._prefix_keys(prompt, usable):
                 prefix = tuple(prompt[:length])
@@ -71,12 +85,8 @@ class PrefixCache:
                     self._entries.move_to_end(entry.tokens)
                     self.hits += 1
                     self.reused_tokens += length
-                    break
-            else:
-                return 0
-        for i, (keys, values) in enumerate(entry.layers):
-            cache.cache.update(keys[..., :length, :], values[..., :length, :], i)  # update copies (torch.cat)
-        return length
+                    return StoredPrefix(length, entry.layers)
+        return None
 
     def store(self, tokens: Sequence[int], cache: KVCache) -> None:
         """Keep copies of the cache's first len(tokens) entries, which must belong to `tokens`."""

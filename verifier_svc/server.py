@@ -63,7 +63,8 @@ async def run(config: VerifierSettings) -> None:
         return [verifier_pb2.DESCRIPTOR.services_by_name["Verifier"].full_name]
 
     async def warm_up() -> None:
-        target, tokenizer = await asyncio.get_running_loop().run_in_executor(servicer.executor, load_target, config)
+        # On the scheduler's thread, which runs every pass: one thread for all tensor work (scheduler.py).
+        target, tokenizer = await asyncio.wrap_future(servicer.scheduler.call(lambda: load_target(config)))
         servicer.set_ready(target, tokenizer)
         log.info("model %s ready (context %d)", target.name, servicer.limits.context_length)
 

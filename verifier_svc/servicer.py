@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import grpc
@@ -91,10 +90,10 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServicer):
             on_pass=self._on_pass,
             before_pass=self.sessions.check_round,
         )
+        self.scheduler.start()  # its thread loads the model too (server.py) and runs every pass
         self.max_draft_tokens = max_draft_tokens
         self.max_draft_depth = max_draft_depth
         self.requested_context_length = context_length
-        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="target")
         self.rounds_in_flight = 0  # rounds waiting for or in a target pass (the load we report)
         self.target: TargetModel | None = None
         self.info: verifier_pb2.ModelInfo | None = None
@@ -115,7 +114,6 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServicer):
         )
         if self.batching.max_kv_bytes:
             self.sessions.max_kv_tokens = self.batching.max_kv_bytes // kv_bytes_per_token(target.model.config, target.dtype)
-        self.scheduler.start()
         self.target = target
 
     def _on_pass(self, record: PassRecord) -> None:

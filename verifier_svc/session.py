@@ -83,8 +83,10 @@ class Session:
         self.tokens = list(prompt)
         self.cache = target.new_cache()
         # The first round's pass covers the prompt beyond the longest stored prefix, then offers it.
+        # The prefix is copied into the cache by the first prepare(), on the target's thread.
         self.prefix_cache = prefix_cache
-        self.reused_prompt_tokens = prefix_cache.lookup(prompt, self.cache) if prefix_cache else 0
+        self._stored_prefix = prefix_cache.lookup(prompt) if prefix_cache else None
+        self.reused_prompt_tokens = self._stored_prefix.length if self._stored_prefix else 0
         self._prompt_offered = prefix_cache is None
         self.generator = torch.Generator().manual_seed(seed if seed is not None else int.from_bytes(os.urandom(8), "little") >> 1)
         self.closed = False
@@ -97,10 +99,12 @@ class Session:
 
     def prepare(self, round_: RoundInput) -> PreparedRound:
         """Validate a round (InvalidArgument / FailedPrecondition naming the problem) and
-        return what its target pass needs; touches no state. A batched pass (batched_pass.py)
+        return what its target pass needs; touches no state but the cache's stored prefix, which
+        the first call copies in (restore_prefix). A batched pass (batched_pass.py)
         scores several sessions' prepared rounds at once."""
         if self.closed:
             raise FailedPrecondition("round", "the session has ended")
+        self.restore_prefix()
         tree = _checked_tree(round_, self.limits, self.target.vocab_size)
         if len(self.tokens) + tree.depth() + 1 > self.limits.context_length:
             raise InvalidArgument(
@@ -110,6 +114,17 @@ class Session:
         q_ids, q_probs = _q_tensors(round_, self.target.vocab_size)
         start = len(self.cache)
         return PreparedRound(round_, tree, q_ids, q_probs, start, self.tokens[start:])
+
+    def restore_prefix(self) -> None:
+        """Copy the stored prompt prefix found when the session opened into its cache (once;
+        prepare() does it, so the copy runs on the thread that runs the target)."""
+        if self._stored_prefix is not None:
+            self._stored_prefix.fill(self.cache)
+            self._stored_prefix = None
+
+    def cached_tokens(self) -> int:
+        """Entries in the cache, the stored prefix not yet copied in counted."""
+        return len(self.cache) + (self._stored_prefix.length if self._stored_prefix else 0)
 
     def finish(self, prepared: PreparedRound, logits: torch.Tensor) -> RoundVerdict:
         """Given the target's [n+1, vocab] logits for a prepared round (the cache having grown
@@ -180,10 +195,12 @@ def _checked_tree(round_: RoundInput, limits: Limits, vocab_size: int) -> TokenT
 
 
 def _check_ids(ids: Sequence[int] | torch.Tensor, vocab_size: int, field: str) -> None:
-    ids = torch.as_tensor(ids, dtype=torch.long)
-    outside = (ids < 0) | (ids >= vocab_size)
-    if bool(outside.any()):
-        raise InvalidArgument(field, f"token id {int(ids[outside][0])} is outside the vocabulary [0, {vocab_size})")
+    if isinstance(ids, torch.Tensor):
+        outside = ids[(ids < 0) | (ids >= vocab_size)].tolist()
+    else:  # plain Python: the prompt is checked on the event loop's thread, which runs no tensor op (scheduler.py)
+        outside = [t for t in ids if not 0 <= t < vocab_size]
+    if outside:
+        raise InvalidArgument(field, f"token id {int(outside[0])} is outside the vocabulary [0, {vocab_size})")
 
 
 def _q_tensors(round_: RoundInput, vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:

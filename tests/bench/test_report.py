@@ -1,9 +1,12 @@
-"""bench.report: SpecDec++'s verification and discard rates, and the best-fixed-K table."""
+"""bench.report: SpecDec++'s verification and discard rates, the best-fixed-K table and the paired
+comparison with it."""
 
 from __future__ import annotations
 
+import pytest
+
 from bench.prompts import Prompt
-from bench.report import make_record, policy_table, summarize
+from bench.report import make_record, paired_ratio, policy_table, summarize
 from bench.systems import Output
 
 
@@ -51,3 +54,23 @@ def test_acceptance_by_position_is_pooled_and_outputs_are_compared_with_transfor
     sampled = summarize([make_record(prompt, "copy-k3", 0, other, reference, greedy=False, transformers=reference)],
                         ["qa"], ["copy-k3"], greedy=False)
     assert sampled[0].differs_from_transformers is None
+
+
+def test_a_policy_is_compared_with_the_best_fixed_length_prompt_by_prompt() -> None:
+    """The paired ratio is the median of per-prompt ratios, and its interval narrows with more
+    prompts that agree; a policy twice as fast on every prompt is 2.00 with no spread."""
+    baseline = output(40, 4.0, 40, 0, 0)
+    records = []
+    for q in range(8):
+        prompt = Prompt(q, "qa", "qa", "hi")
+        k4 = output(40, 2.0 + 0.1 * q, 20, 40, 20)  # each prompt its own difficulty
+        auto = output(40, (2.0 + 0.1 * q) / (1.1 if q % 2 else 0.9), 20, 40, 20)  # 1.1x or 0.9x of k4
+        records += [make_record(prompt, name, 0, out, baseline, greedy=False) for name, out in (("k4", k4), ("auto", auto))]
+    median, low, high = paired_ratio(records, "qa", "auto", "k4")
+    assert median == pytest.approx(1.0) and 0.9 <= low < 1.0 < high <= 1.1
+    assert paired_ratio(records, "qa", "auto", "k8") is None  # no such system
+    twice = [make_record(Prompt(q, "qa", "qa", "hi"), name, 0, output(40, s, 20, 40, 20), baseline, greedy=False)
+             for q in range(5) for name, s in (("k4", 2.0 + q), ("auto", (2.0 + q) / 2))]
+    assert paired_ratio(twice, "overall", "auto", "k4") == pytest.approx((2.0, 2.0, 2.0))
+    table = policy_table(summarize(records, ["qa"], ["k4", "auto"], greedy=False), ["k4"], ["auto"], records)
+    assert "; 1.00 of the best fixed (" in next(line for line in table.splitlines() if line.startswith("| qa"))

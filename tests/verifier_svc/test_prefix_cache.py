@@ -29,7 +29,10 @@ def filled_cache(length: int, seed: int = 0) -> KVCache:
 
 def reuse(prefixes: PrefixCache, prompt: list[int]) -> tuple[int, KVCache]:
     cache = KVCache(TINY)
-    return prefixes.lookup(prompt, cache), cache
+    hit = prefixes.lookup(prompt)
+    if hit is not None:
+        hit.fill(cache)
+    return (hit.length if hit else 0), cache
 
 
 def assert_same_entries(a: KVCache, b: KVCache, length: int) -> None:
@@ -126,6 +129,9 @@ def test_a_session_reusing_a_prefix_scores_and_decides_like_one_that_computed_it
         plain = Session(target, prompt, greedy, seed=0, limits=limits)
         cached = Session(target, prompt, greedy, seed=0, limits=limits, prefix_cache=prefixes)
         assert cached.reused_prompt_tokens == reused > 0
+        assert len(cached.cache) == 0 and cached.cached_tokens() == reused  # copied in by the first round
+        cached.restore_prefix()
+        assert len(cached.cache) == reused
         # The same logits for the whole first pass (fp32; only summation order differs) ...
         rows = [s.target.score(s.cache, prompt[len(s.cache):], chain(prompt[-3:])) for s in (plain, cached)]
         torch.testing.assert_close(rows[1].log_softmax(-1), rows[0].log_softmax(-1), atol=2e-4, rtol=0)

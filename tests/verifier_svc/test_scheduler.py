@@ -5,6 +5,7 @@ passes; an invalid round fails only its own stream."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 import pytest
@@ -43,6 +44,9 @@ class FakeSession:
         self.cache: list[int] | None = [1]
         self.target = FakeTarget()
         self.closed = False
+
+    def cached_tokens(self) -> int:
+        return len(self.cache or [])
 
     def prepare(self, round_: RoundInput) -> FakePrepared:
         if self.closed:
@@ -218,6 +222,30 @@ def test_a_round_whose_session_ended_while_it_waited_fails_alone_and_the_worker_
     assert isinstance(refused, FailedPrecondition) and refused.field == "round"
     assert served == ("alone", [8]) and later == ("alone", [9])
     assert failing_hook_calls  # the hook raised after the first pass, and `later` was still served
+
+
+def test_calls_run_on_the_thread_that_runs_the_passes_and_their_errors_come_back() -> None:
+    """A thread that runs tensor operations gets an OpenMP team of its own, and with more OpenMP
+    threads than cores libgomp stops spinning, which slowed drafted passes by a fifth
+    (scheduler.py): the model is loaded through `call`, on the thread that runs every pass."""
+    threads: list[int] = []
+    s = Scheduler(lambda: 1, 512, 0.0, before_pass=lambda session, prepared: threads.append(threading.get_ident()))
+    s.start()
+
+    async def go() -> tuple[int, list]:
+        loader = await asyncio.wrap_future(s.call(threading.get_ident))  # where server.py loads the model
+        verdicts = [await s.verify(FakeSession(), RoundInput.point_masses([t])) for t in (1, 2)]  # type: ignore[arg-type]
+        with pytest.raises(ZeroDivisionError):
+            await asyncio.wrap_future(s.call(lambda: 1 / 0))
+        verdicts.append(await s.verify(FakeSession(), RoundInput.point_masses([3])))  # type: ignore[arg-type]
+        return loader, verdicts
+
+    try:
+        loader, verdicts = asyncio.run(go())
+    finally:
+        s.stop()
+    assert verdicts == [("alone", [1]), ("alone", [2]), ("alone", [3])]
+    assert threads == [loader] * 3
 
 
 def test_each_verdict_comes_with_its_pass_shape_and_the_fitted_row_cost() -> None:
