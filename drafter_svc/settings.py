@@ -60,11 +60,11 @@ class DrafterSettings:
         default="auto",
         metadata={"help": "draft-length policy when a request names none: auto, fixed, leviathan, specdec++, copy-confidence"},
     )
-    # Overlap at temperature 0 only: there the pre-draft's guess of the next token mostly hits;
-    # at temperature 1 it mostly misses and its drafting competes with the verifier for the CPU
-    # (README, "Defaults").
+    # Off: where drafter and verifier share the cores (one machine), pre-drafting slows the
+    # verifier's pass by more than it hides (README, "One thread for the model"); `greedy` or
+    # `on` where the drafter has cores of its own.
     overlap: str = field(
-        default="greedy",
+        default="off",
         metadata={"help": "draft the next round while the verifier checks this one when a request does not say: on, off, or greedy (at temperature 0 only)"},
     )
     stop_threshold: float = field(
