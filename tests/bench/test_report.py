@@ -57,8 +57,8 @@ def test_acceptance_by_position_is_pooled_and_outputs_are_compared_with_transfor
 
 
 def test_a_policy_is_compared_with_the_best_fixed_length_prompt_by_prompt() -> None:
-    """The paired ratio is the median of per-prompt ratios, and its interval narrows with more
-    prompts that agree; a policy twice as fast on every prompt is 2.00 with no spread."""
+    """The paired ratio is the median of per-prompt ratios, within a bootstrap interval that
+    spans their spread; a policy twice as fast on every prompt is 2.00 with no spread."""
     baseline = output(40, 4.0, 40, 0, 0)
     records = []
     for q in range(8):
