@@ -6,7 +6,7 @@ Each thread that does gets an OpenMP team of its own, and once a process has mor
 than cores, libgomp stops spinning between parallel regions, which slows passes of several
 tokens: on the 2-core CPU a 5-token pass at an 800-token cache took 72 ms instead of 60 after
 one tensor operation on another thread, and in the service, with the model loaded on another
-thread, drafted passes took 83-97 ms instead of 65-71 (plain passes 47 ms either way). It takes
+thread, drafted passes took 83-97 ms instead of 65-71 (plain passes: no consistent change). It takes
 the first waiting round and, only while other sessions are open and have not yet submitted,
 waits for them: at most `max_wait_s` from the first round's arrival, and for the sessions whose
 verdicts went out and whose drafters are turning around, until their expected turnaround
