@@ -57,6 +57,17 @@ rounds that any session of the process saw. A lone session (S = 1) is priced by 
 `specdec++` has no costs; it divides its threshold by 1 + load_weight x the rounds queued
 ahead, as do the pricing policies against a verifier that does not report its passes.
 
+Copies beside a model drafter (the `hybrid` drafter): each round the copy drafter's draft
+(prompt lookup, free) is there too, and `auto` sends it instead of drafting with the model when
+its expected tokens per unit of cost, E[tokens] of its best depth by the copy predictor over the
+round's cost (no drafting steps), beat the model's best chain: Leviathan's expected_tokens with
+the session's model acceptance rate over the round's cost plus the steps (and the catch-up on
+the tokens emitted since the model last ran). Every round labels the copy predictor, sent or not:
+the emitted tokens follow the target's distribution (exact verification), so whether an unsent
+copy token equals the emitted one, along the prefix where they agree, is an unbiased label of
+its acceptance probability (greedy: exactly it), and the choice needs no exploration. Other
+policies send the copy draft whenever there is one, cut by their own rule.
+
 Pure: no I/O, no gRPC. `PolicyState` is per drafter process (learned acceptance, pass costs),
 `SessionPolicy` per generation; asyncio runs them between awaits, so no locks are needed.
 """
@@ -74,6 +85,7 @@ from drafter_svc.drafter import Draft
 from drafter_svc.pass_cost import PassCostModel, RelativeCost
 
 POLICY_NAMES: tuple[str, ...] = ("auto", "fixed", "leviathan", "specdec++", "copy-confidence")
+COPY = "copy"  # the drafter whose learned state a hybrid session's copy drafts share
 DEFAULT_STOP_THRESHOLD = 0.5  # the middle of SpecDec++'s grid {0.1, 0.3, 0.5, 0.7, 0.9}
 DEFAULT_LOAD_WEIGHT = 1.0
 # After this many rounds in a row in which a pricing policy (leviathan, auto) sent nothing although
@@ -197,6 +209,8 @@ class SessionPolicy:
         self.greedy = greedy
         self.state = state
         self.session = SessionAcceptance(prior=state.drafter_acceptance(drafter).alpha)
+        # The copy drafts of a hybrid session: their own rate and predictor (module docstring).
+        self.copy_session = SessionAcceptance(prior=state.drafter_acceptance(COPY).alpha)
         self.load = 0  # rounds ahead of our last round in the verifier
         self.price: LoadPrice | None = None  # the pass of our last verdict
         self.declined = 0  # rounds in a row that sent nothing although there was a draft
@@ -246,28 +260,60 @@ class SessionPolicy:
         base = latest if latest.rounds >= 2 else (self.state.last_multi or latest)
         return LoadPrice(base.rounds, base.seconds, base.rows, base.row_seconds, max(latest.open_sessions, latest.rounds))
 
-    def depth(self, draft: Draft, max_depth: int, max_nodes: int, step_seconds: float = 0.0) -> int:
+    def depth(self, draft: Draft, max_depth: int, max_nodes: int, step_seconds: float = 0.0, copied: bool = False) -> int:
         """The depth this policy sends of `draft` (drafted at most max_depth deep, its primary
-        path by a model drafter at `step_seconds` a step; 0 for a free drafter)."""
+        path by a model drafter at `step_seconds` a step; 0 for a free drafter; copied: a hybrid
+        session's copy draft)."""
         path = primary_path(draft)
         if self.name == "fixed" or not path:
             return max_depth
         if self.name == "copy-confidence":
             return min(max_depth, draft.match_lengths[path[0]]) if draft.match_lengths else max_depth
         if self.name == "specdec++":
-            return threshold_depth(self.predict(draft, path), self.threshold())
+            return threshold_depth(self.predict(draft, path, copied), self.threshold())
+        gains, costs = self._gains_and_costs(draft, path, max_depth, max_nodes, step_seconds, copied)
+        if self.probe_due():
+            self.probing = True
+            return 1 + best_depth(gains[1:], costs[1:])
+        return best_depth(gains, costs)
+
+    def _gains_and_costs(
+        self, draft: Draft, path: Sequence[int], max_depth: int, max_nodes: int, step_seconds: float, copied: bool
+    ) -> tuple[list[float], list[float]]:
+        """E[tokens emitted] and the round's cost in plain rounds, per depth 0..len(path) (capped
+        at max_depth), for `leviathan` and `auto` (module docstring)."""
         cost = self.cost()
         drafted = self.step_cost(step_seconds) * len(path)  # sunk, but part of this round's cost
         depths = range(min(len(path), max_depth) + 1)
         costs = [cost.of(min(scaled_nodes(d, max_depth, max_nodes), nodes_within(draft, d))) + drafted for d in depths]
         if self.name == "leviathan":
-            gains = [expected_tokens(self.session.alpha, d) for d in depths]
-        else:  # auto
-            gains = list(np.cumsum(chain_acceptance(self.predict(draft, path))))[: len(costs)]
-        if self.probe_due():
-            self.probing = True
-            return 1 + best_depth(gains[1:], costs[1:])
-        return best_depth(gains, costs)
+            alpha = (self.copy_session if copied else self.session).alpha
+            return [expected_tokens(alpha, d) for d in depths], costs
+        return list(np.cumsum(chain_acceptance(self.predict(draft, path, copied))))[: len(costs)], costs
+
+    def send_copy(
+        self, copy_draft: Draft, max_depth: int, max_nodes: int, step_seconds: float | None, catch_up_seconds: float = 0.0
+    ) -> bool:
+        """Whether a hybrid session sends the copy drafter's draft this round rather than drafting
+        with its model (module docstring, "Copies beside a model drafter"). The model's steps take
+        `step_seconds` each, its first `catch_up_seconds` more; None: it cannot draft this round
+        (it reads the prompt), so the copy draft is weighed against plain decoding."""
+        path = primary_path(copy_draft)
+        if not path:
+            return False
+        if self.name != "auto":
+            return True
+        gains, costs = self._gains_and_costs(copy_draft, path, max_depth, max_nodes, 0.0, copied=True)
+        copy_rate = max(g / c for g, c in zip(gains[1:], costs[1:]))
+        cost = self.cost()
+        if step_seconds is None:
+            return copy_rate > 1.0 / cost.of(0)
+        step, first = self.step_cost(step_seconds), self.step_cost(catch_up_seconds)
+        model_rate = max(
+            expected_tokens(self.session.alpha, k) / (cost.of(scaled_nodes(k, max_depth, max_nodes)) + (step * k + first) * (k > 0))
+            for k in range(max_depth + 1)
+        )
+        return copy_rate > model_rate
 
     def probe_due(self) -> bool:
         """A pricing policy has declined PROBE_AFTER (with backoff) rounds in a row: send the best
@@ -315,24 +361,26 @@ class SessionPolicy:
 
         return max(rate(e, e) for e in range(j + 1, max_depth + 1)) > max(rate(d, j) for d in range(j + 1))
 
-    def predict(self, draft: Draft, nodes: Sequence[int]) -> np.ndarray:
-        return self.state.predictor(self.drafter).predict(node_features(draft, nodes), self.session.alpha)
+    def predict(self, draft: Draft, nodes: Sequence[int], copied: bool = False) -> np.ndarray:
+        drafter, session = (COPY, self.copy_session) if copied else (self.drafter, self.session)
+        return self.state.predictor(drafter).predict(node_features(draft, nodes), session.alpha)
 
-    def choose(self, draft: Draft, max_depth: int, max_nodes: int, step_seconds: float = 0.0) -> Draft:
+    def choose(self, draft: Draft, max_depth: int, max_nodes: int, step_seconds: float = 0.0, copied: bool = False) -> Draft:
         """`draft` cut to this policy's depth and the node budget scaled to it."""
-        d = self.depth(draft, max_depth, max_nodes, step_seconds)
+        d = self.depth(draft, max_depth, max_nodes, step_seconds, copied)
         if d >= max(node_depths(draft), default=0) and len(draft) <= scaled_nodes(d, max_depth, max_nodes):
             return draft
         return cut(draft, d, scaled_nodes(d, max_depth, max_nodes))
 
     def observe(
         self, sent: Draft, acceptance_probs: Sequence[float], verify_seconds: float, queued_rounds: int, *,
-        first_round: bool, had_draft: bool, price: LoadPrice | None = None,
+        first_round: bool, had_draft: bool, price: LoadPrice | None = None, copied: bool = False,
     ) -> None:
         """Learn from the verdict on `sent`: acceptance labels of its primary path, the pass's
         cost (not the first round's, which includes the prefill, nor a round that queued or
         shared its pass), and the verifier's load. had_draft: the drafter had proposed something
-        this round; price: the verdict's description of its pass (None: not reported)."""
+        this round; price: the verdict's description of its pass (None: not reported); copied:
+        `sent` was a hybrid session's copy draft, whose labels teach the copy predictor."""
         self.rounds += 1
         self.load = max(0, queued_rounds)
         self.price = price if price is not None and price.rounds > 0 else None
@@ -345,10 +393,7 @@ class SessionPolicy:
         # it kept, a prefix, are the ones with labels.
         path = [i for i in primary_path(sent) if i < len(acceptance_probs)]
         if path:
-            labels = [acceptance_probs[i] for i in path]
-            self.state.predictor(self.drafter).update(node_features(sent, path), labels, self.session.alpha)
-            self.session.update(labels)
-            self.state.drafter_acceptance(self.drafter).update(labels)
+            self._learn(sent, path, [acceptance_probs[i] for i in path], copied)
         self.declined = self.declined + 1 if had_draft and not path else 0
         if path and (not self.probing or acceptance_probs[path[0]] >= 0.5):
             self.probe_after = PROBE_AFTER
@@ -360,3 +405,22 @@ class SessionPolicy:
             # session whose acceptance once dropped tries again.
             mean = self.state.drafter_acceptance(self.drafter).alpha
             self.session.alpha += 0.25 * (mean - self.session.alpha)
+
+    def observe_unsent_copy(self, copy_draft: Draft, emitted: Sequence[int]) -> None:
+        """Label a hybrid session's copy draft that was not sent with the tokens the round emitted
+        (module docstring, "Copies beside a model drafter"): node j of its primary path, while
+        the path agrees with the emitted tokens and they reach it, is 1 if it equals the emitted
+        token, else 0, and the labels stop there."""
+        path, labels = primary_path(copy_draft), []
+        for node, token in zip(path, emitted):
+            labels.append(float(copy_draft.token_ids[node] == token))
+            if not labels[-1]:
+                break
+        if labels:
+            self._learn(copy_draft, path[: len(labels)], labels, copied=True)
+
+    def _learn(self, draft: Draft, path: Sequence[int], labels: list[float], copied: bool) -> None:
+        drafter, session = (COPY, self.copy_session) if copied else (self.drafter, self.session)
+        self.state.predictor(drafter).update(node_features(draft, path), labels, session.alpha)
+        session.update(labels)
+        self.state.drafter_acceptance(drafter).update(labels)

@@ -124,8 +124,11 @@ class Drafter(Protocol):
         ...
 
 
-# Model drafters (onnx_drafter.py) by name -> the `specdec draft build` kind they run.
-MODEL_DRAFTERS: dict[str, str] = {"onnx-quantized": "quantized", "onnx-small": "small"}
+# Model drafters (onnx_drafter.py) by name -> the `specdec draft build` kind they run. `hybrid`
+# runs onnx-quantized's model and, beside it, the free copy drafter: each round the session's
+# policy sends whichever draft it expects more from (drafter_svc/generation.py).
+HYBRID = "hybrid"
+MODEL_DRAFTERS: dict[str, str] = {"onnx-quantized": "quantized", "onnx-small": "small", HYBRID: "quantized"}
 DRAFTER_NAMES: tuple[str, ...] = ("copy", "ngram", *MODEL_DRAFTERS)
 
 
@@ -171,15 +174,16 @@ def make_drafter(
 
 
 def resolve_default_drafter(name: str, models: DrafterModels) -> str:
-    """The server's default drafter: `name`, or for "auto" onnx-quantized where its model is
-    built (for this tokenizer; it is loaded now), else copy (no build step; README, "Defaults")."""
+    """The server's default drafter: `name`, or for "auto" hybrid (onnx-quantized's drafts or
+    copies) where onnx-quantized's model is built (for this tokenizer; it is loaded now), else
+    copy (no build step; README, "Defaults")."""
     if name != "auto":
         return name
     try:
-        load_built_model("onnx-quantized", models)
+        load_built_model(HYBRID, models)
     except FailedPrecondition:
         return "copy"
-    return "onnx-quantized"
+    return HYBRID
 
 
 def load_built_model(name: str, models: DrafterModels) -> DraftModel:

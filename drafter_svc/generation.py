@@ -33,7 +33,7 @@ import grpc
 from drafter_svc.detokenizer import IncrementalDetokenizer
 from drafter_svc.draft_policy import LoadPrice, PolicyState, SessionPolicy
 from drafter_svc.draft_tree import cut, primary_path
-from drafter_svc.drafter import MODEL_DRAFTERS, ROOT, Draft, DrafterModels, Feedback, make_drafter
+from drafter_svc.drafter import HYBRID, MODEL_DRAFTERS, ROOT, Draft, DrafterModels, Feedback, make_drafter
 from drafter_svc.overlap import Prefetcher
 from drafter_svc.protocol import GenerationRequest, open_message, round_message
 from drafter_svc.stop_strings import StopStringMatcher
@@ -59,6 +59,7 @@ class Stats:
     verify_seconds: float = 0.0
     round_trip_seconds: float = 0.0
     time_to_first_token_seconds: float = 0.0
+    copied_rounds: int = 0
     overlap_hits: int = 0
     overlap_misses: int = 0
     hidden_draft_seconds: float = 0.0
@@ -101,6 +102,7 @@ class Stats:
             draft_policy=self.draft_policy,
             overlap=self.overlap,
             discarded_tokens=self.drafted_tokens - self.accepted_tokens,
+            copied_rounds=self.copied_rounds,
             overlap_hits=self.overlap_hits,
             overlap_misses=self.overlap_misses,
             hidden_draft_seconds=self.hidden_draft_seconds,
@@ -157,6 +159,8 @@ async def generate(
     parallel_prefill = model_drafter and request.draft_policy != "fixed"
     if model_drafter:  # it asks the policy before each model step (draft_policy.py, "Drafting cost")
         drafter.keep_drafting = policy.keep_drafting  # type: ignore[attr-defined]
+    # A hybrid session's free copy drafts, weighed each round against drafting with the model.
+    copier = make_drafter("copy") if model_drafter and request.drafter == HYBRID else None
     prefetcher = None
     if request.overlap and request.num_draft_tokens > 0:
         # A model drafter's pre-drafts reuse its KV cache; a zero-cost drafter gets its own instance
@@ -173,9 +177,20 @@ async def generate(
             room = min(request.max_new_tokens - stats.generated_tokens, info.context_length - len(context))
             budget = min(request.num_draft_tokens, room - 1)
             started = time.perf_counter()
-            full = draft = Draft.point_masses([])
+            full = draft = copy_draft = Draft.point_masses([])
             asked = False  # the drafter was asked for a draft (a model drafter may decline: draft_policy.py)
-            if budget > 0 and policy.may_draft() and not (parallel_prefill and stats.rounds == 0):
+            copied = False  # a hybrid session sends its copy draft this round
+            prefilling = parallel_prefill and stats.rounds == 0  # the model drafter reads the prompt meanwhile
+            if budget > 0 and policy.may_draft() and copier is not None and ahead is None:
+                copy_draft = copier.propose(context, budget, request.max_tree_nodes)
+                model_step = None if prefilling else drafter.step_seconds  # type: ignore[attr-defined]
+                catch_up = 0.0 if prefilling else drafter.catch_up_seconds(context)  # type: ignore[attr-defined]
+                copied = policy.send_copy(copy_draft, budget, request.max_tree_nodes, model_step, catch_up)
+            if copied:
+                full = copy_draft
+                draft = policy.choose(full, budget, request.max_tree_nodes, copied=True)
+                stats.copied_rounds += 1
+            elif budget > 0 and policy.may_draft() and not prefilling:
                 asked = True
                 step_seconds = 0.0  # the drafting time this round pays, per chain token
                 if ahead is not None:  # drafted while the verifier worked
@@ -222,7 +237,10 @@ async def generate(
                 draft, list(verdict.acceptance_probs), verdict.verify_seconds, verdict.queued_rounds,
                 first_round=stats.rounds == 0, had_draft=len(full) > 0 or (asked and model_drafter),
                 price=LoadPrice(verdict.pass_rounds, verdict.pass_seconds, verdict.pass_rows, verdict.row_seconds, verdict.open_sessions),
+                copied=copied,
             )
+            if copy_draft and not copied:
+                policy.observe_unsent_copy(copy_draft, emitted)
             if prefetcher is not None and next_budget > 0:
                 ahead = prefetcher.take(path, verdict.next_token_id)
                 if ahead is None:

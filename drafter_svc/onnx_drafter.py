@@ -124,10 +124,15 @@ def causal_bias(past: int, n: int) -> np.ndarray:
 # 1,000-token prompt, the target's prefill 2.1 s, the drafter's 1.2 s, both at once 3.0 s; with
 # the drafter reading the last 256 tokens, both at once 2.2 s. Reading less lowers acceptance
 # where the answer draws on the whole prompt (summarization: 0.54 at temperature 1 with 256), so
-# the window is 512. The drafter sees the prompt's last PROMPT_WINDOW tokens plus everything
-# generated; q is still what it samples from (exactness does not depend on what the drafter
-# reads). README, "Defaults".
-PROMPT_WINDOW = 512
+# it was 512 until the default drafter became `hybrid`, whose copies read the whole context:
+# then 256 was faster for it and no slower for a fixed chain on the long-prompt tasks (one run
+# each, drafters of both windows beside one verifier, prompts alternated; Spec-Bench
+# summarization and RAG, 128 new tokens): hybrid 61.6 against 68.4 ms per token at temperature
+# 0 (8 prompts) and 94.6 against 106.1 at temperature 1 (12 prompts); a fixed 6-chain of
+# onnx-quantized 76.9 either way (6 prompts). The drafter sees the prompt's last PROMPT_WINDOW
+# tokens plus everything generated; q is still what it samples from (exactness does not depend
+# on what the drafter reads). README, "Defaults".
+PROMPT_WINDOW = 256
 
 # (chain so far, max depth, max nodes, seconds of one model step, seconds the first step takes
 # beyond one step: the context it must read first) -> draft the next token?
@@ -252,10 +257,14 @@ class OnnxDrafter:
             return True
         qs = [q.lists() for q in chain_q]
         partial = Draft(list(chain), list(range(ROOT, len(chain) - 1)), [ids for ids, _ in qs], [probs for _, probs in qs])
-        catch_up = 0.0
-        if not chain:
-            catch_up = max(0.0, self.pending_tokens(context) * self.model.token_seconds - self.step_seconds)
+        catch_up = self.catch_up_seconds(context) if not chain else 0.0
         return self.keep_drafting(partial, depth, nodes, self.step_seconds, catch_up)
+
+    def catch_up_seconds(self, context: Sequence[int]) -> float:
+        """What the first model call after `context` costs beyond one step: the tokens it must
+        read first (the prompt window, or those emitted since the last draft) at the model's
+        `token_seconds`."""
+        return max(0.0, self.pending_tokens(context) * self.model.token_seconds - self.step_seconds)
 
     @property
     def step_seconds(self) -> float:

@@ -24,7 +24,7 @@ class DrafterSettings:
     model: str = field(default="default", metadata={"help": "tokenizer source: 'default', a .gguf file or a model folder"})
     drafter: str = field(
         default="auto",
-        metadata={"help": "drafter used when a request names none; auto: onnx-quantized if `specdec draft build quantized` has built it, else copy, and copy for a request that arrives while other sessions are served"},
+        metadata={"help": "drafter used when a request names none; auto: hybrid (onnx-quantized's drafts, or the copy drafter's where the policy expects more of them) if `specdec draft build quantized` has built it, else copy, and copy for a request that arrives while other sessions are served"},
     )
     onnx_quantized_dir: str = field(
         default="", metadata={"help": "model folder of the onnx-quantized drafter (empty: where `specdec draft build quantized` puts it for --model)"}
@@ -38,7 +38,7 @@ class DrafterSettings:
         metadata={"help": "model drafters: mass of q's least likely tokens left unsent when nothing truncates q (fewer bytes, alpha lower by at most this)"},
     )
     onnx_prompt_window: int = field(
-        default=512,
+        default=256,
         metadata={"help": "model drafters read only the prompt's last this many tokens (and all generated ones): a shorter drafter prefill; 0: the whole prompt"},
     )
     num_draft_tokens: int = field(default=8, metadata={"help": "draft length (tree depth) used when a request sets none"})

@@ -42,6 +42,7 @@ class GenerationStats:
     overlap_hits: int = 0
     overlap_misses: int = 0
     hidden_draft_seconds: float = 0.0
+    copied_rounds: int = 0  # rounds of a hybrid session that sent a copy draft instead of its model's
     drafted_by_position: tuple[int, ...] = ()  # per draft depth: rounds whose draft reached it
     accepted_by_position: tuple[int, ...] = ()  # per draft depth: rounds whose accepted path reached it
     q_bytes: int = 0  # serialized draft distributions sent to the verifier

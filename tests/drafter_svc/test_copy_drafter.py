@@ -324,7 +324,7 @@ def test_point_masses_of_a_tree() -> None:
 
 
 def test_make_drafter_builds_each_named_drafter() -> None:
-    assert DRAFTER_NAMES == ("copy", "ngram", "onnx-quantized", "onnx-small")  # the ONNX ones: test_onnx_drafter.py
+    assert DRAFTER_NAMES == ("copy", "ngram", "onnx-quantized", "onnx-small", "hybrid")  # the ONNX ones: test_onnx_drafter.py
     assert isinstance(make_drafter("copy"), CopyDrafter)
     assert isinstance(make_drafter("ngram"), NgramDrafter)
     assert make_drafter("copy") is not make_drafter("copy")  # one per session

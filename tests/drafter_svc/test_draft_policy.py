@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from drafter_svc.acceptance_predictor import SessionAcceptance
 from drafter_svc.draft_policy import (
     DEFAULT_STOP_THRESHOLD,
     PROBE_AFTER,
@@ -452,3 +453,61 @@ def test_busy_follows_the_processes_sessions_and_the_last_pass() -> None:
     assert state.busy()  # the verifier serves two more (another drafter's)
     policy.observe(Draft.point_masses([]), [], 0.06, 0, first_round=False, had_draft=False, price=LoadPrice(1, 0.06, 1, 0.0025, 1))
     assert not state.busy()
+
+
+# A hybrid session (onnx-quantized beside the copy drafter): the copy draft of each round.
+COPY_DRAFT = Draft.point_masses([7, 8, 9, 10, 11, 12], match_lengths=[6] * 6)
+
+
+def test_a_hybrid_session_sends_copies_once_unsent_ones_prove_right_and_stops_when_they_do_not() -> None:
+    """While copies have mostly been wrong, a mediocre model draft is preferred; every round
+    labels the copy draft it did not send against the emitted tokens, and copies that keep
+    coming true win the rounds, until they stop coming true."""
+    state = PolicyState()
+    policy = SessionPolicy("auto", "hybrid", state)
+    policy.session.alpha, policy.copy_session.alpha = 0.6, 0.05
+    step = 0.3 * state.costs.plain
+    assert not policy.send_copy(COPY_DRAFT, 6, 6, step)
+    rounds = 0
+    while not policy.send_copy(COPY_DRAFT, 6, 6, step):
+        policy.observe_unsent_copy(COPY_DRAFT, [7, 8, 9, 10, 11, 12, 13])  # the model's round emitted what the copy said
+        rounds += 1
+    assert rounds <= 3
+    model_alpha = policy.session.alpha
+    rounds = 0
+    while policy.send_copy(COPY_DRAFT, 6, 6, step):  # now sent: the verdicts say the copies are rejected
+        policy.observe(COPY_DRAFT, [0.0], seconds(6), 0, first_round=False, had_draft=True, copied=True)
+        rounds += 1
+    assert rounds <= 5
+    assert policy.session.alpha == model_alpha  # the copies' labels are not the model's
+
+
+def test_unsent_copy_labels_run_along_the_emitted_tokens_to_the_first_mismatch() -> None:
+    for emitted, labels in [([7, 8, 99, 10], [1.0, 1.0, 0.0]), ([7, 8], [1.0, 1.0]), ([5], [0.0])]:
+        policy = SessionPolicy("auto", "hybrid", PolicyState())
+        expected = SessionAcceptance(prior=policy.copy_session.alpha)
+        policy.observe_unsent_copy(COPY_DRAFT, emitted)
+        expected.update(labels)
+        assert policy.copy_session.alpha == pytest.approx(expected.alpha), emitted
+
+
+def test_a_copy_is_weighed_against_the_models_chain_with_its_steps_and_against_plain_decoding() -> None:
+    state = PolicyState()
+    policy = SessionPolicy("auto", "hybrid", state)
+    policy.copy_session.alpha, policy.session.alpha = 0.8, 0.9
+    assert not policy.send_copy(COPY_DRAFT, 6, 6, 0.0)  # model steps for free: its better chain wins
+    assert policy.send_copy(COPY_DRAFT, 6, 6, 0.3 * state.costs.plain)  # ~20 ms steps: the free copy wins
+    assert not policy.send_copy(COPY_DRAFT, 6, 6, 0.0, catch_up_seconds=0.0) and policy.send_copy(
+        COPY_DRAFT, 6, 6, 0.0, catch_up_seconds=2 * state.costs.plain
+    )  # a model that must first read many emitted tokens
+    assert policy.send_copy(COPY_DRAFT, 6, 6, None)  # the model is reading the prompt: against plain decoding
+    policy.copy_session.alpha = 0.02
+    assert not policy.send_copy(COPY_DRAFT, 6, 6, None)
+    assert not policy.send_copy(Draft.point_masses([]), 6, 6, None)
+
+
+@pytest.mark.parametrize("name", ["fixed", "leviathan", "specdec++", "copy-confidence"])
+def test_other_policies_send_a_hybrid_sessions_copy_whenever_there_is_one(name: str) -> None:
+    policy = SessionPolicy(name, "hybrid", PolicyState())
+    assert policy.send_copy(COPY_DRAFT, 6, 6, 0.0)
+    assert not policy.send_copy(Draft.point_masses([]), 6, 6, 0.0)

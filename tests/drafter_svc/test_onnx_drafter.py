@@ -235,7 +235,7 @@ def test_missing_or_foreign_model_is_a_failed_precondition(tiny, tmp_path: Path)
 def test_auto_default_drafter_is_the_built_quantized_model_else_copy(tiny, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     _, folder = tiny
     built = DrafterModels({"quantized": folder}, FINGERPRINT)
-    assert resolve_default_drafter("auto", built) == "onnx-quantized"
+    assert resolve_default_drafter("auto", built) == "hybrid"
     assert resolve_default_drafter("auto", DrafterModels({"quantized": tmp_path}, FINGERPRINT)) == "copy"  # not built
     assert resolve_default_drafter("auto", DrafterModels({"quantized": folder}, "another-tokenizer")) == "copy"
     assert resolve_default_drafter("ngram", built) == "ngram"  # a named drafter is kept

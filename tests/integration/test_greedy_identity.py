@@ -46,10 +46,10 @@ CONFIGS = [
     ("ngram", 8, 16, "fixed", False),
     # Adaptive lengths cut trees per round; overlap sends pre-drafted rounds when the verdict agrees.
     ("copy", 8, 16, "auto", True), ("ngram", 8, 8, "specdec++", True), ("copy", 8, 8, "leviathan", False),
-    # The ONNX drafter (int8 copy of the target): its default (a chain under `auto`, first round
-    # empty while it prefills, overlap pre-drafts on its own KV cache), and a tree branching at
-    # depths 1-2.
-    ("onnx-quantized", 6, 6, "auto", True), ("onnx-quantized", 4, 8, "fixed", False),
+    # The ONNX drafter (int8 copy of the target): as the default `hybrid` drafter runs it (a chain
+    # under `auto`, first round without a model draft while it prefills, overlap pre-drafts on its
+    # own KV cache, copies where they pay), and a tree branching at depths 1-2.
+    ("hybrid", 6, 6, "auto", True), ("onnx-quantized", 4, 8, "fixed", False),
 ]
 
 
@@ -96,7 +96,8 @@ def test_the_onnx_default_drafts_after_a_long_prompt(request, cluster, tokenizer
     beside the verifier's prefill and then draft, with greedy identity. Twice: once the process
     has timed a prefill, a drafter that never read the prompt would price its first step with the
     whole prompt and never draft (the bug this guards against: the first pre-draft stood in for
-    the prefill, and was declined)."""
+    the prefill, and was declined). Then the hybrid drafter, without overlap: a summary copies
+    from its prompt, so some rounds send copies, and the output is the same."""
     request.getfixturevalue("onnx_quantized_dir")
     document = " ".join(CHAT_PROMPTS * 3)
     ids = tokenizer.encode_chat([{"role": "user", "content": f"Summarize these requests:\n\n{document}"}])
@@ -110,12 +111,14 @@ def test_the_onnx_default_drafts_after_a_long_prompt(request, cluster, tokenizer
         async with AsyncClient(cluster.address) as client:
             return [
                 await client.generate(
-                    token_ids=ids, max_new_tokens=32, temperature=0.0, drafter="onnx-quantized", num_draft_tokens=6,
-                    max_tree_nodes=6, draft_policy="auto", overlap=True,
+                    token_ids=ids, max_new_tokens=32, temperature=0.0, drafter=drafter, num_draft_tokens=6,
+                    max_tree_nodes=6, draft_policy="auto", overlap=overlap,
                 )
-                for _ in range(2)
+                for drafter, overlap in [("onnx-quantized", True), ("onnx-quantized", True), ("hybrid", False)]
             ]
 
-    for result in asyncio.run(generate()):
+    results = asyncio.run(generate())
+    for result in results:
         assert result.token_ids == expected
         assert result.stats.drafted_tokens > 0 and result.stats.accepted_tokens > 0
+    assert [r.stats.copied_rounds > 0 for r in results] == [False, False, True]
