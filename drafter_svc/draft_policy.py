@@ -222,23 +222,33 @@ class SessionPolicy:
     def cost(self) -> RelativeCost:
         """A round's cost in plain rounds (module docstring, "Load")."""
         price = self.load_price()
-        if self.rounds == 0 and self.prompt_tokens > 1 and not (price is not None and price.batched):
+        if self.prefill_round():
             # The first pass scores the prompt as well (the prefill): drafted nodes add t_node
-            # each to a pass of t_plain + t_node (prompt - 1) seconds, and no fixed jump.
-            per_node = self.state.costs.line()[1]
-            return RelativeCost(per_node / (self.state.costs.plain + per_node * (self.prompt_tokens - 1)), 0.0)
+            # each to a pass of prefill_seconds(), and no fixed jump.
+            return RelativeCost(self.state.costs.line()[1] / self.prefill_seconds(), 0.0)
         if price is not None and price.batched:
             return price.relative()
         if price is not None and price.rounds >= 1:  # a lone pass: nothing queued behind it
             return self.state.costs.relative()
         return self.state.costs.relative().scaled(1.0 + self.state.load_weight * self.load)
 
-    def step_cost(self, step_seconds: float) -> float:
-        """One model-drafter step of `step_seconds` in plain rounds (Leviathan's c): over the plain
-        round's share of the pass our next round will likely share, else over a lone plain pass."""
+    def prefill_round(self) -> bool:
+        """The next round is the first, alone in its pass: the pass that reads the prompt."""
         price = self.load_price()
-        plain = price.plain_share() if price is not None and price.batched else self.state.costs.plain
-        return step_seconds / plain
+        return self.rounds == 0 and self.prompt_tokens > 1 and not (price is not None and price.batched)
+
+    def prefill_seconds(self) -> float:
+        """The first pass without drafts: t_plain + t_node (prompt - 1) seconds."""
+        return self.state.costs.plain + self.state.costs.line()[1] * (self.prompt_tokens - 1)
+
+    def step_cost(self, step_seconds: float) -> float:
+        """One model-drafter step of `step_seconds` in units of the next round's pass without
+        drafts (Leviathan's c): the plain round's share of the pass our next round will likely
+        share, the first pass (the prefill), or a lone plain pass."""
+        price = self.load_price()
+        if price is not None and price.batched:
+            return step_seconds / price.plain_share()
+        return step_seconds / (self.prefill_seconds() if self.prefill_round() else self.state.costs.plain)
 
     def may_draft(self) -> bool:
         """False when this policy will send an empty round whatever the drafter proposes: it

@@ -84,7 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     gen.add_argument("--top-p", type=float, default=1.0)
     gen.add_argument("--seed", type=int, default=None)
     gen.add_argument("--stop", action="append", default=[])
-    gen.add_argument("--drafter", default="", help="copy, ngram, onnx-quantized or onnx-small (default: the server's)")
+    gen.add_argument("--drafter", default="", help="copy, ngram, onnx-quantized, onnx-small or hybrid (default: the server's)")
     gen.add_argument("--num-draft-tokens", type=int, default=None, help="draft length (tree depth); 0 disables speculation")
     gen.add_argument("--max-tree-nodes", type=int, default=None, help="tree nodes per round (= draft length: a chain)")
     gen.add_argument("--draft-policy", default="", help="auto, fixed, leviathan, specdec++ or copy-confidence (default: the server's)")

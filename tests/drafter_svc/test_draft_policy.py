@@ -511,3 +511,15 @@ def test_other_policies_send_a_hybrid_sessions_copy_whenever_there_is_one(name: 
     policy = SessionPolicy(name, "hybrid", PolicyState())
     assert policy.send_copy(COPY_DRAFT, 6, 6, 0.0)
     assert not policy.send_copy(Draft.point_masses([]), 6, 6, 0.0)
+
+
+def test_the_first_round_prices_model_steps_against_the_pass_that_reads_the_prompt() -> None:
+    """A step that costs most of a plain pass does not pay in a plain round, but the first round's
+    pass reads a long prompt: there the same steps add little to the round's time."""
+    state = PolicyState()
+    step = 0.8 * state.costs.plain
+    policy = SessionPolicy("auto", "onnx-quantized", state, prompt_tokens=1000)
+    policy.session.alpha = 0.8
+    assert draft_until_stopped(policy, 6, step) >= 4
+    policy.observe(Draft.point_masses([]), [], 2.0, 0, first_round=True, had_draft=False)
+    assert draft_until_stopped(policy, 6, step) == 0
