@@ -51,6 +51,7 @@ class Record:
     overlap_misses: int | None = None
     hidden_draft_seconds: float | None = None
     draft_seconds: float | None = None
+    copied_rounds: int | None = None
     differs_from_baseline: bool | None = None  # greedy runs only
     first_difference: int | None = None  # index of the first token that differs
     differs_from_transformers: bool | None = None  # greedy runs with the hf-generate peer only
@@ -97,7 +98,8 @@ def make_record(
         drafted_tokens=out.drafted_tokens, accepted_tokens=out.accepted_tokens, server_seconds=out.server_seconds,
         time_to_first_token_seconds=out.time_to_first_token_seconds, discarded_tokens=out.discarded_tokens,
         overlap_hits=out.overlap_hits, overlap_misses=out.overlap_misses,
-        hidden_draft_seconds=out.hidden_draft_seconds, draft_seconds=out.draft_seconds, differs_from_baseline=differs,
+        hidden_draft_seconds=out.hidden_draft_seconds, draft_seconds=out.draft_seconds,
+        copied_rounds=out.copied_rounds, differs_from_baseline=differs,
         first_difference=first, differs_from_transformers=differs_hf, drafted_by_position=out.drafted_by_position,
         accepted_by_position=out.accepted_by_position, text=out.text,
     )

@@ -5,7 +5,8 @@ times, interleaved so that drift of the machine falls on all alike, and the gene
 statistics are summed (drafter.proto, GenerationStats): milliseconds per generated token, and per
 round the drafted nodes, the drafting milliseconds, the verifier's (`verify_seconds`: queueing,
 the target pass, acceptance), the network's (round trip minus the verifier's), what is left
-(the drafter's bookkeeping between rounds), and the KB of q sent; and per draft position, the
+(the drafter's bookkeeping between rounds), the KB of q sent and the share of rounds that sent a
+hybrid session's copy draft; and per draft position, the
 share of rounds that drafted it and of those the share that accepted it. At temperature 0 every
 configuration generates the same text; at temperature > 0 each its own sample, so per-token
 figures compare different texts.
@@ -28,7 +29,10 @@ from specdec.client import Client, GenerationStats
 from specdec.launcher import LocalCluster
 
 CONFIGS = "onnx-quantized-k4,onnx-quantized-k6,onnx-quantized-k6-auto,defaults"
-FIELDS = ("generated_tokens", "total_seconds", "rounds", "drafted_tokens", "draft_seconds", "verify_seconds", "network_seconds", "q_bytes")
+FIELDS = (
+    "generated_tokens", "total_seconds", "rounds", "drafted_tokens", "draft_seconds", "verify_seconds", "network_seconds", "q_bytes",
+    "copied_rounds",
+)
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
@@ -49,7 +53,7 @@ def row(name: str, totals: dict[str, float]) -> str:
     return (
         f"| {name} | {1000 * totals['total_seconds'] / max(1.0, totals['generated_tokens']):.1f} | {int(totals['generated_tokens'])} "
         f"| {int(totals['rounds'])} | " + " | ".join(f"{v:.1f}" for v in per_round)
-        + f" | {1000 * other / rounds:.1f} | {totals['q_bytes'] / rounds / 1000:.1f} |"
+        + f" | {1000 * other / rounds:.1f} | {totals['q_bytes'] / rounds / 1000:.1f} | {totals['copied_rounds'] / rounds:.2f} |"
     )
 
 
@@ -78,8 +82,8 @@ def main(argv: Sequence[str]) -> int:
                             positions[config.name][key].update(dict(enumerate(getattr(stats, f"{key}_by_position"), 1)))
     print(f"{len(prompts)} prompts ({args.rows}) x {args.repeats}, temperature {args.temperature}, {args.max_new_tokens} new tokens at most\n")
     print("| config | ms per token | tokens | rounds | drafted per round | drafting ms per round | verifier ms per round "
-          "| network ms per round | other ms per round | q KB per round |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "| network ms per round | other ms per round | q KB per round | copied rounds |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for config in configs:
         print(row(config.name, totals[config.name]))
     depth = max((max(p["drafted"], default=0) for p in positions.values()), default=0)

@@ -65,6 +65,7 @@ class Output:
     overlap_misses: int | None = None
     hidden_draft_seconds: float | None = None
     draft_seconds: float | None = None
+    copied_rounds: int | None = None  # rounds of a hybrid session that sent its copy draft
     drafted_by_position: tuple[int, ...] = ()  # rounds whose draft reached each depth
     accepted_by_position: tuple[int, ...] = ()  # rounds whose accepted path reached it
 
@@ -162,6 +163,7 @@ class SpecdecSystem:
             overlap_misses=s.overlap_misses,
             hidden_draft_seconds=s.hidden_draft_seconds,
             draft_seconds=s.draft_seconds,
+            copied_rounds=s.copied_rounds,
             drafted_by_position=tuple(s.drafted_by_position),
             accepted_by_position=tuple(s.accepted_by_position),
         )
