@@ -6,10 +6,9 @@ statistics are summed (drafter.proto, GenerationStats): milliseconds per generat
 round the drafted nodes, the drafting milliseconds, the verifier's (`verify_seconds`: queueing,
 the target pass, acceptance), the network's (round trip minus the verifier's), what is left
 (the drafter's bookkeeping between rounds), the KB of q sent and the share of rounds that sent a
-hybrid session's copy draft; and per draft position, the
-share of rounds that drafted it and of those the share that accepted it. At temperature 0 every
-configuration generates the same text; at temperature > 0 each its own sample, so per-token
-figures compare different texts.
+hybrid session's copy draft; and per draft position, the share of rounds that drafted it and of
+those the share that accepted it. At temperature 0 every configuration generates the same text;
+at temperature > 0 each its own sample, so per-token figures compare different texts.
 
     flock /tmp/specdec-cpu.lock python -m bench.round_costs --temperature 1 --rows mt_bench --per-row 3
 """
