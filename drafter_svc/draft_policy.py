@@ -97,6 +97,15 @@ PROBE_AFTER = 3
 # this CPU, a fifth of a plain round): probing every fourth round of a session whose drafts are
 # never accepted cost 4% of its speed in the synthetic tests, with backoff ~1.5%.
 PROBE_AFTER_MAX = 12
+# Where a drafter process's mean acceptance of each drafter starts, before any label: 0.5, but
+# for the int8 copy of the target its measured rate (0.97 at temperature 0 and 1 over Spec-Bench,
+# bench/results/drafter_quality-20261122-162526.md; 0.9 here for its prompt window). A model
+# drafter whose sessions start from 0.5 looks not worth its steps (0.3-0.45 of a plain pass
+# each), so they decline it; after a short prompt, which it must read before its first draft,
+# nor do they probe it: the process then never drafted with it again (two of three fresh drafter
+# processes on MT-bench and QA at temperature 0). A session's own labels still move its rate
+# within a few rounds.
+PRIOR_ACCEPTANCE: dict[str, float] = {"onnx-quantized": 0.9, "hybrid": 0.9}
 
 
 def expected_tokens(alpha: float, k: int) -> float:
@@ -192,7 +201,7 @@ class PolicyState:
         return self.predictors.setdefault(drafter, AcceptancePredictor())
 
     def drafter_acceptance(self, drafter: str) -> SessionAcceptance:
-        return self.mean_acceptance.setdefault(drafter, SessionAcceptance(rate=0.05))
+        return self.mean_acceptance.setdefault(drafter, SessionAcceptance(prior=PRIOR_ACCEPTANCE.get(drafter, 0.5), rate=0.05))
 
 
 class SessionPolicy:

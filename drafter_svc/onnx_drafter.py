@@ -129,10 +129,16 @@ def causal_bias(past: int, n: int) -> np.ndarray:
 # each, drafters of both windows beside one verifier, prompts alternated; Spec-Bench
 # summarization and RAG, 128 new tokens): hybrid 61.6 against 68.4 ms per token at temperature
 # 0 (8 prompts) and 94.6 against 106.1 at temperature 1 (12 prompts); a fixed 6-chain of
-# onnx-quantized 76.9 either way (6 prompts). The drafter sees the prompt's last PROMPT_WINDOW
+# onnx-quantized 76.9 either way (6 prompts). Then 128 (bench/round_costs.py --drafter-args, the
+# same 5 summarization and 5 RAG prompts, hybrid, windows of 64, 128 and 256 beside one
+# verifier): at temperature 0, 59.7 against 65.4 ms per token in one run and 59.0 against 62.3
+# in another (the first round 1.6 s against 2.0 s per prompt; after it 46.0 against 47.9 ms per
+# token); at temperature 1, 88.6 against 89.1 (each window its own samples, so noisy). 64 was no
+# faster at temperature 0 (60.6, 57.3) and its acceptance lower at temperature 1 (0.71 against
+# 0.77 at the first position). The drafter sees the prompt's last PROMPT_WINDOW
 # tokens plus everything generated; q is still what it samples from (exactness does not depend
 # on what the drafter reads). README, "Defaults".
-PROMPT_WINDOW = 256
+PROMPT_WINDOW = 128
 
 # (chain so far, max depth, max nodes, seconds of one model step, seconds the first step takes
 # beyond one step: the context it must read first) -> draft the next token?

@@ -38,7 +38,7 @@ class DrafterSettings:
         metadata={"help": "model drafters: mass of q's least likely tokens left unsent when nothing truncates q (fewer bytes, alpha lower by at most this)"},
     )
     onnx_prompt_window: int = field(
-        default=256,
+        default=128,
         metadata={"help": "model drafters read only the prompt's last this many tokens (and all generated ones): a shorter drafter prefill; 0: the whole prompt"},
     )
     num_draft_tokens: int = field(default=8, metadata={"help": "draft length (tree depth) used when a request sets none"})

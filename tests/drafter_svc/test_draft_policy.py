@@ -523,3 +523,12 @@ def test_the_first_round_prices_model_steps_against_the_pass_that_reads_the_prom
     assert draft_until_stopped(policy, 6, step) >= 4
     policy.observe(Draft.point_masses([]), [], 2.0, 0, first_round=True, had_draft=False)
     assert draft_until_stopped(policy, 6, step) == 0
+
+
+def test_a_fresh_process_drafts_with_the_int8_model_after_a_short_prompt() -> None:
+    """Cold start: before any label, the first session of a drafter process reads a 53-token
+    prompt and drafts with onnx-quantized (step and per-token seconds as measured on this CPU).
+    From a prior of 0.5 it declined, and without labels its process never drafted again."""
+    for drafter in ("onnx-quantized", "hybrid"):
+        policy = SessionPolicy("auto", drafter, PolicyState(), prompt_tokens=53)
+        assert policy.keep_drafting(Draft.point_masses([]), 6, 6, 0.027, 53 * 0.0028 - 0.027)
