@@ -172,8 +172,8 @@ class LoadPrice:
 
 class PolicyState:
     """What one drafter process learns across sessions: an acceptance predictor per drafter
-    kind, the verifier's pass costs, and each drafter's mean acceptance (where a session that
-    stopped drafting relaxes to, so it tries again)."""
+    kind, the verifier's pass costs, and each drafter's mean acceptance (from PRIOR_ACCEPTANCE
+    on; where a session that stopped drafting relaxes to, so it tries again)."""
 
     def __init__(self, stop_threshold: float = DEFAULT_STOP_THRESHOLD, load_weight: float = DEFAULT_LOAD_WEIGHT) -> None:
         if not 0.0 <= stop_threshold <= 1.0:
