@@ -7,7 +7,8 @@ round the drafted nodes, the drafting milliseconds, the verifier's (`verify_seco
 the target pass, acceptance), the network's (round trip minus the verifier's), what is left
 (the drafter's bookkeeping between rounds), the KB of q sent, the share of rounds that sent a
 hybrid session's copy draft, the first round's milliseconds (the prompt's prefill) per prompt and
-the milliseconds after it per generated token; and per draft position, the share of rounds that drafted it and of
+the milliseconds after it per generated token; the drafter each session ran (a busy drafter
+process serves `defaults` with copies); and per draft position, the share of rounds that drafted it and of
 those the share that accepted it. At temperature 0 every configuration generates the same text;
 at temperature > 0 each its own sample, so per-token figures compare different texts.
 
