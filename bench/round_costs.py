@@ -57,6 +57,11 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def row_name(config: str, variant: str) -> str:
+    """A result row's name: the configuration, then the drafter process's arguments if any."""
+    return f"{config} {variant}".strip()
+
+
 def row(name: str, totals: dict[str, float], prompts: int) -> str:
     rounds = max(1.0, totals["rounds"])
     first = totals["time_to_first_token_seconds"]
@@ -78,7 +83,7 @@ def main(argv: Sequence[str]) -> int:
         raise SystemExit(str(error)) from error
     prompts = select(load_questions(bench_dir() / QUESTIONS_FILE), args.rows.split(","), args.per_row)
     variants = ["", *args.drafter_args]
-    names = [f"{config.name} {variant}".strip() for config in configs for variant in variants]
+    names = [row_name(config.name, variant) for config in configs for variant in variants]
     totals = {name: dict.fromkeys(FIELDS, 0.0) for name in names}
     positions = {name: {"drafted": Counter(), "accepted": Counter()} for name in names}
     drafters = {name: Counter() for name in names}  # the drafter each session ran (a busy process falls back to copy)
@@ -99,7 +104,7 @@ def main(argv: Sequence[str]) -> int:
                             messages=prompt.messages, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                             seed=100 + i, **config.request_fields(),
                         ).stats
-                        name = f"{config.name} {variant}".strip()
+                        name = row_name(config.name, variant)
                         drafters[name][stats.drafter] += 1
                         for key in FIELDS:
                             totals[name][key] += getattr(stats, key)
