@@ -54,9 +54,10 @@ def node_features(draft: Draft, nodes: Sequence[int]) -> np.ndarray:
     depths = node_depths(draft)
     rows = []
     for i in nodes:
-        probs = [p for p in draft.q_probs[i] if p > 0]
+        probs = np.asarray(draft.q_probs[i], dtype=np.float64)
+        probs = probs[probs > 0]
         q = draft.q_probs[i][draft.q_token_ids[i].index(draft.token_ids[i])]
-        entropy = -sum(p * math.log(p) for p in probs)
+        entropy = -float(probs @ np.log(probs))
         match = draft.match_lengths[i] if draft.match_lengths else 0
         confidence = draft.confidences[i] if draft.confidences else 1.0
         rows.append((1.0, (depths[i] - 1) / 8.0, min(match, 16) / 16.0, 1.0 - confidence, 1.0 - q, entropy / math.log(16)))

@@ -226,8 +226,9 @@ class OnnxDrafter:
         depth = min(budget, nodes)
         chain: list[int] = []
         chain_q: list[SparseQ] = []
+        qs: list[tuple[list[int], list[float]]] = []  # chain_q as a Draft carries them, each converted once
         level_logits: list[np.ndarray] = []
-        while len(chain) < depth and self._keep_drafting(context, chain, chain_q, depth, nodes):
+        while len(chain) < depth and self._keep_drafting(context, chain, qs, depth, nodes):
             if chain:
                 started = time.perf_counter()
                 logits = self._extend([chain[-1]], causal_bias(len(self._tokens), 1))[0]
@@ -237,11 +238,11 @@ class OnnxDrafter:
             q = draft_distribution(logits, self.sampling, self.tail_mass)
             chain.append(q.sample(self.rng))
             chain_q.append(q)
+            qs.append(q.lists())
             level_logits.append(logits)
         if not chain:
             return Draft.point_masses([])
         token_ids, parents = list(chain), list(range(ROOT, len(chain) - 1))
-        qs = [q.lists() for q in chain_q]
         # The siblings the request's shape asks for, at the chain's first depths.
         for d, count in enumerate(_siblings_per_depth(nodes - depth, min(len(chain), BRANCH_DEPTHS))):
             if self.sampling.greedy:
@@ -258,10 +259,11 @@ class OnnxDrafter:
     def observe(self, feedback: Feedback) -> None:
         """Nothing to learn: the next context tells the cache where to roll back to."""
 
-    def _keep_drafting(self, context: Sequence[int], chain: list[int], chain_q: list[SparseQ], depth: int, nodes: int) -> bool:
+    def _keep_drafting(
+        self, context: Sequence[int], chain: list[int], qs: list[tuple[list[int], list[float]]], depth: int, nodes: int
+    ) -> bool:
         if self.keep_drafting is None:
             return True
-        qs = [q.lists() for q in chain_q]
         partial = Draft(list(chain), list(range(ROOT, len(chain) - 1)), [ids for ids, _ in qs], [probs for _, probs in qs])
         catch_up = self.catch_up_seconds(context) if not chain else 0.0
         return self.keep_drafting(partial, depth, nodes, self.step_seconds, catch_up)
