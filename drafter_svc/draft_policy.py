@@ -35,10 +35,14 @@ rare draw, tells nothing of the next one's: extrapolating it stopped chains earl
 1); before the first token, from the session's rate. Before the
 first step this is the question whether to draft at all: a session whose model drafts would not
 pay decodes plainly without running the drafter (and probes as below). That first step may have
-to read the prompt first (a session that started under load did not prefill): its cost then
-counts that read, so a single round never pays for a drafter's whole prefill, and no probe
-starts one: such a session decodes without its model drafter. Drafted steps are sunk
-when the policy cuts the draft, but they are part of the round's cost, so `depth` counts them.
+to read the prompt first (after a short prompt, or when the session has not drafted with its
+model yet): a one-time cost that every later model round of the session shares, so it is spread
+over the rounds the session has left, its remaining tokens over the tokens a full-depth round
+emits at its rate (`read_share`). Priced against one round, a read never paid: a session whose
+first round did not read (one slow estimate was enough) then decoded without its model to the
+end, 127 rounds for 128 tokens at T=1, and so did the next session of the same process. Drafted
+steps are sunk when the policy cuts the draft, but they are part of the round's cost, so `depth`
+counts them.
 
 Load: a batching verifier scores the rounds of many sessions in one padded pass, and each verdict
 says how many rounds that pass held (B), its seconds t, its padded new-token rows, the verifier's
@@ -208,9 +212,12 @@ class SessionPolicy:
     """One generation's policy: `choose` cuts each round's full-depth draft, `observe` learns
     from the verdict on what was sent."""
 
-    def __init__(self, name: str, drafter: str, state: PolicyState, prompt_tokens: int = 0, greedy: bool = True) -> None:
+    def __init__(
+        self, name: str, drafter: str, state: PolicyState, prompt_tokens: int = 0, greedy: bool = True, max_new_tokens: int = 0
+    ) -> None:
         """prompt_tokens: the prompt's length, which the first round's pass scores too; greedy: the
-        session's verification (else speculative sampling)."""
+        session's verification (else speculative sampling); max_new_tokens: the session's limit
+        (0: unknown; a model's read of the prompt is then priced against one round)."""
         if name not in POLICY_NAMES:
             raise ValueError(f"unknown draft policy {name!r}; expected one of {', '.join(POLICY_NAMES)}")
         self.name = name
@@ -225,6 +232,8 @@ class SessionPolicy:
         self.declined = 0  # rounds in a row that sent nothing although there was a draft
         self.prompt_tokens = prompt_tokens
         self.rounds = 0  # verdicts observed
+        self.max_new_tokens = max_new_tokens
+        self.emitted = 0  # tokens the verdicts emitted so far
         self.probe_after = PROBE_AFTER
         self.probing = False  # the round in flight is a probe
 
@@ -249,6 +258,14 @@ class SessionPolicy:
     def prefill_seconds(self) -> float:
         """The first pass without drafts: t_plain + t_node (prompt - 1) seconds."""
         return self.state.costs.plain + self.state.costs.line()[1] * (self.prompt_tokens - 1)
+
+    def read_share(self, max_depth: int) -> float:
+        """The share of a model drafter's one-time read of the prompt that the next round pays:
+        1 / the rounds the session has left at full depth (module docstring, "Drafting cost")."""
+        if not self.max_new_tokens:
+            return 1.0
+        rounds = (self.max_new_tokens - self.emitted) / expected_tokens(self.session.alpha, max_depth)
+        return 1.0 / max(1.0, rounds)
 
     def step_cost(self, step_seconds: float) -> float:
         """One model-drafter step of `step_seconds` in units of the next round's pass without
@@ -311,12 +328,14 @@ class SessionPolicy:
         return list(np.cumsum(chain_acceptance(self.predict(draft, path, copied))))[: len(costs)], costs
 
     def send_copy(
-        self, copy_draft: Draft, max_depth: int, max_nodes: int, step_seconds: float | None, catch_up_seconds: float = 0.0
+        self, copy_draft: Draft, max_depth: int, max_nodes: int, step_seconds: float | None, catch_up_seconds: float = 0.0,
+        reads_prompt: bool = False,
     ) -> bool:
         """Whether a hybrid session sends the copy drafter's draft this round rather than drafting
         with its model (module docstring, "Copies beside a model drafter"). The model's steps take
-        `step_seconds` each, its first `catch_up_seconds` more; None: it cannot draft this round
-        (it reads the prompt), so the copy draft is weighed against plain decoding."""
+        `step_seconds` each, its first `catch_up_seconds` more (reads_prompt: the prompt's read,
+        spread over the session's rounds); None: it cannot draft this round (it reads the prompt
+        meanwhile), so the copy draft is weighed against plain decoding."""
         path = primary_path(copy_draft)
         if not path:
             return False
@@ -328,6 +347,8 @@ class SessionPolicy:
         if step_seconds is None:
             return copy_rate > 1.0 / cost.of(0)
         step, first = self.step_cost(step_seconds), self.step_cost(catch_up_seconds)
+        if reads_prompt:
+            first *= self.read_share(max_depth)
         model_rate = max(
             expected_tokens(self.session.alpha, k) / (cost.of(scaled_nodes(k, max_depth, max_nodes)) + (step * k + first) * (k > 0))
             for k in range(max_depth + 1)
@@ -346,12 +367,13 @@ class SessionPolicy:
         return self.state.stop_threshold / (1.0 + self.state.load_weight * self.load)
 
     def keep_drafting(
-        self, chain: Draft, max_depth: int, max_nodes: int, step_seconds: float, catch_up_seconds: float = 0.0
+        self, chain: Draft, max_depth: int, max_nodes: int, step_seconds: float, catch_up_seconds: float = 0.0,
+        reads_prompt: bool = False,
     ) -> bool:
         """Whether a model drafter that has drafted `chain` (the first j tokens of a chain, j >= 0;
-        a step takes `step_seconds`, and the first one catch_up_seconds more) should pay for token
-        j + 1 of a draft at most max_depth deep with max_nodes nodes (module docstring, "Drafting
-        cost")."""
+        a step takes `step_seconds`, and the first one catch_up_seconds more, which with
+        reads_prompt is the prompt's one-time read) should pay for token j + 1 of a draft at most
+        max_depth deep with max_nodes nodes (module docstring, "Drafting cost")."""
         j = len(chain)
         if j >= max_depth:
             return False
@@ -362,7 +384,9 @@ class SessionPolicy:
             return j == 0 or 1.0 - float(np.prod(predicted)) <= self.threshold()
         step = self.step_cost(step_seconds)
         first = self.step_cost(catch_up_seconds) if j == 0 else 0.0  # paid by any draft (sunk once j > 0)
-        if self.probe_due() and j == 0 and first < 1.0:  # no probe that must read a prompt first
+        if reads_prompt:
+            first *= self.read_share(max_depth)
+        if self.probe_due() and j == 0 and first < 1.0:  # no probe that costs more than a plain round
             return True
         cost = self.cost()
         if self.name == "leviathan":
@@ -393,14 +417,16 @@ class SessionPolicy:
 
     def observe(
         self, sent: Draft, acceptance_probs: Sequence[float], verify_seconds: float, queued_rounds: int, *,
-        first_round: bool, had_draft: bool, price: LoadPrice | None = None, copied: bool = False,
+        first_round: bool, had_draft: bool, price: LoadPrice | None = None, copied: bool = False, emitted: int = 0,
     ) -> None:
         """Learn from the verdict on `sent`: acceptance labels of its primary path, the pass's
         cost (not the first round's, which includes the prefill, nor a round that queued or
         shared its pass), and the verifier's load. had_draft: the drafter had proposed something
         this round; price: the verdict's description of its pass (None: not reported); copied:
-        `sent` was a hybrid session's copy draft, whose labels teach the copy predictor."""
+        `sent` was a hybrid session's copy draft, whose labels teach the copy predictor; emitted:
+        the tokens the round emitted."""
         self.rounds += 1
+        self.emitted += emitted
         self.load = max(0, queued_rounds)
         self.price = price if price is not None and price.rounds > 0 else None
         self.state.last_price = self.price

@@ -167,7 +167,8 @@ async def generate(
     )
     drafter = make_drafter(request.drafter, request.sampling, request.seed, 0, models)
     policy = SessionPolicy(
-        request.draft_policy, request.drafter, policies or PolicyState(), len(request.prompt_token_ids), request.sampling.greedy
+        request.draft_policy, request.drafter, policies or PolicyState(), len(request.prompt_token_ids), request.sampling.greedy,
+        request.max_new_tokens,
     )
     model_drafter = request.drafter in MODEL_DRAFTERS and request.num_draft_tokens > 0
     # An adaptive policy sends a model drafter's first round without a model draft, so that its
@@ -204,7 +205,9 @@ async def generate(
                 copy_draft = copier.propose(context, budget, request.max_tree_nodes)
                 model_step = None if prefilling else drafter.step_seconds  # type: ignore[attr-defined]
                 catch_up = 0.0 if prefilling else drafter.catch_up_seconds(context)  # type: ignore[attr-defined]
-                copied = policy.send_copy(copy_draft, budget, request.max_tree_nodes, model_step, catch_up)
+                copied = policy.send_copy(
+                    copy_draft, budget, request.max_tree_nodes, model_step, catch_up, drafter.reads_prompt  # type: ignore[attr-defined]
+                )
             if copied:
                 full = copy_draft
                 draft = policy.choose(full, budget, request.max_tree_nodes, copied=True)
@@ -256,7 +259,7 @@ async def generate(
                 draft, list(verdict.acceptance_probs), verdict.verify_seconds, verdict.queued_rounds,
                 first_round=stats.rounds == 0, had_draft=len(full) > 0 or (asked and model_drafter),
                 price=LoadPrice(verdict.pass_rounds, verdict.pass_seconds, verdict.pass_rows, verdict.row_seconds, verdict.open_sessions),
-                copied=copied,
+                copied=copied, emitted=len(emitted),
             )
             if copy_draft and not copied:
                 policy.observe_unsent_copy(copy_draft, emitted)

@@ -141,8 +141,9 @@ def causal_bias(past: int, n: int) -> np.ndarray:
 PROMPT_WINDOW = 128
 
 # (chain so far, max depth, max nodes, seconds of one model step, seconds the first step takes
-# beyond one step: the context it must read first) -> draft the next token?
-KeepDrafting = Callable[[Draft, int, int, float, float], bool]
+# beyond one step: the context it must read first, whether that is the session's prompt) -> draft
+# the next token?
+KeepDrafting = Callable[[Draft, int, int, float, float, bool], bool]
 STEP_SECONDS_DECAY = 0.8  # weight of the previous estimate in the running means of seconds
 TIMED_RUN_TOKENS = 32  # model calls over this many tokens or more time the model's per-token seconds
 
@@ -156,8 +157,8 @@ class OnnxDrafter:
     with the chain drafted so far, the model's `step_seconds` (the running mean of one-token
     steps, shared by the process's sessions) and, before the first call, what that call costs
     beyond a step: the tokens it must read first (the prompt window, when this drafter has not
-    read it) at the model's `token_seconds`. False ends the chain there (an empty draft before
-    the first call)."""
+    read it: `reads_prompt`) at the model's `token_seconds`. False ends the chain there (an empty
+    draft before the first call)."""
 
     def __init__(
         self, model: DraftModel, sampling: SamplingParams, rng: np.random.Generator, tail_mass: float = TAIL_MASS,
@@ -266,7 +267,12 @@ class OnnxDrafter:
             return True
         partial = Draft(list(chain), list(range(ROOT, len(chain) - 1)), [ids for ids, _ in qs], [probs for _, probs in qs])
         catch_up = self.catch_up_seconds(context) if not chain else 0.0
-        return self.keep_drafting(partial, depth, nodes, self.step_seconds, catch_up)
+        return self.keep_drafting(partial, depth, nodes, self.step_seconds, catch_up, self.reads_prompt and not chain)
+
+    @property
+    def reads_prompt(self) -> bool:
+        """The next model call reads the session's prompt: nothing is in the cache yet."""
+        return not self._tokens
 
     def catch_up_seconds(self, context: Sequence[int]) -> float:
         """What the first model call after `context` costs beyond one step: the tokens it must

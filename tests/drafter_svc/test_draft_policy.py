@@ -24,7 +24,7 @@ from drafter_svc.draft_policy import (
     threshold_depth,
 )
 from drafter_svc.drafter import ROOT, Draft
-from drafter_svc.pass_cost import PRIOR_FIXED, PRIOR_PER_NODE, PRIOR_PLAIN, RelativeCost
+from drafter_svc.pass_cost import PRIOR_FIXED, PRIOR_PER_NODE, PRIOR_PLAIN, PassCostModel, RelativeCost
 
 CHAIN = Draft.point_masses(range(100, 108), match_lengths=[4] * 8)  # what the drafter offers, every round
 PHASE = 25
@@ -392,18 +392,41 @@ def test_specdec_plus_plus_stops_drafting_where_its_threshold_is_crossed() -> No
 
 
 @pytest.mark.parametrize("name", ["auto", "leviathan"])
-def test_a_first_step_that_must_read_the_prompt_is_not_worth_one_round(name: str) -> None:
-    """A drafter that did not prefill (its session started under load) would read the prompt in
-    its first step: a prefill's seconds that one round cannot pay back, not even as a probe."""
-    state = PolicyState()
-    policy = SessionPolicy(name, "onnx-quantized", state)
-    policy.session.alpha = 0.9
-    step = 0.3 * state.costs.plain
-    assert policy.keep_drafting(_chain([], 1.0), 6, 6, step, catch_up_seconds=0.0)
-    assert not policy.keep_drafting(_chain([], 1.0), 6, 6, step, catch_up_seconds=20 * state.costs.plain)
-    policy.declined = PROBE_AFTER
-    assert policy.probe_due() and not policy.keep_drafting(_chain([], 1.0), 6, 6, step, catch_up_seconds=20 * state.costs.plain)
-    assert policy.keep_drafting(_chain([1], 1.0), 6, 6, step, catch_up_seconds=0.0)  # once read, it is sunk
+def test_a_first_step_that_must_read_the_prompt_is_priced_over_the_rounds_left(name: str) -> None:
+    """A drafter that has not read the prompt reads it in its first step: seconds that one round
+    cannot pay back, not even as a probe, but that every later model round of the session
+    shares. With enough tokens left the read pays; with a few, it does not."""
+    read = 20 * PolicyState().costs.plain
+    for max_new_tokens, emitted, pays in ((0, 0, False), (512, 1, True), (512, 500, False)):
+        state = PolicyState()
+        policy = SessionPolicy(name, "onnx-quantized", state, max_new_tokens=max_new_tokens)
+        policy.observe(Draft.point_masses([]), [], 0.1, 0, first_round=True, had_draft=False, emitted=emitted)
+        policy.session.alpha = 0.9
+        step = 0.3 * state.costs.plain
+        assert policy.keep_drafting(_chain([], 1.0), 6, 6, step, catch_up_seconds=0.0)
+        assert policy.keep_drafting(_chain([], 1.0), 6, 6, step, catch_up_seconds=read, reads_prompt=True) == pays
+        assert not policy.keep_drafting(_chain([], 1.0), 6, 6, step, catch_up_seconds=read)  # tokens emitted since: this round's
+        policy.declined = PROBE_AFTER
+        assert policy.probe_due() and policy.keep_drafting(_chain([], 1.0), 6, 6, step, read, reads_prompt=True) == pays
+        assert policy.keep_drafting(_chain([1], 1.0), 6, 6, step, catch_up_seconds=0.0)  # once read, it is sunk
+
+
+def test_a_session_whose_first_round_did_not_read_the_prompt_reads_it_later() -> None:
+    """The trap this prices against (Spec-Bench MT-bench at T=1): a hybrid session's first round
+    did not draft with its model, and from then on each round priced the model's read of the
+    53-token prompt against that round alone, so the session decoded plainly to its end (127
+    rounds for 128 tokens). Figures as measured then: steps of 19 ms, 2.3 ms per prompt token,
+    plain passes of 74 ms and drafted ones of 124, the process's mean acceptance 0.8 after a hard
+    session. Priced against one round (max_new_tokens unknown) the read still does not pay."""
+    read = 53 * 0.0023 - 0.019
+    for max_new_tokens, pays in ((128, True), (0, False)):
+        state = PolicyState()
+        state.costs = PassCostModel(plain=0.074, fixed=0.124, per_node=0.0)
+        state.drafter_acceptance("hybrid").alpha = 0.8
+        policy = SessionPolicy("auto", "hybrid", state, prompt_tokens=53, greedy=False, max_new_tokens=max_new_tokens)
+        policy.observe(Draft.point_masses([]), [], 0.2, 0, first_round=True, had_draft=True, emitted=1)
+        assert policy.keep_drafting(_chain([], 1.0), 6, 6, 0.019, read, reads_prompt=True) == pays
+        assert policy.send_copy(Draft.point_masses([5, 6]), 6, 6, 0.019, read, reads_prompt=True) != pays
 
 
 @pytest.mark.parametrize("name", ["fixed", "copy-confidence"])

@@ -117,7 +117,7 @@ def test_the_policy_is_asked_before_each_step_and_a_stop_saves_the_steps(tiny) -
     full = drafter(folder, SamplingParams(1.0)).propose(CONTEXT, 5)
     asked: list[tuple[list[int], int, int]] = []
 
-    def keep(chain, max_depth, max_nodes, step_seconds, catch_up_seconds):  # type: ignore[no-untyped-def]
+    def keep(chain, max_depth, max_nodes, step_seconds, catch_up_seconds, reads_prompt):  # type: ignore[no-untyped-def]
         asked.append((list(chain.token_ids), max_depth, max_nodes))
         return len(chain) < 2
 
@@ -139,10 +139,12 @@ def test_the_first_step_is_priced_with_the_context_it_must_read_first(tiny) -> N
     _, folder = tiny
     context = list(range(1, 41))
     offered: list[float] = []
+    reads: list[bool] = []
     fresh, prefilled = drafter(folder, SamplingParams(0.0)), drafter(folder, SamplingParams(0.0))
 
-    def keep(chain, max_depth, max_nodes, step_seconds, catch_up_seconds):  # type: ignore[no-untyped-def]
+    def keep(chain, max_depth, max_nodes, step_seconds, catch_up_seconds, reads_prompt):  # type: ignore[no-untyped-def]
         offered.append(catch_up_seconds)
+        reads.append(reads_prompt)
         return len(chain) == 0  # one token
 
     fresh.keep_drafting = keep
@@ -152,6 +154,9 @@ def test_the_first_step_is_priced_with_the_context_it_must_read_first(tiny) -> N
     per_token = model.step_seconds = model.token_seconds  # one step: as long as a token of a prefill, here
     fresh.propose(context, 3)  # its 40-token read then updates token_seconds
     assert offered == [pytest.approx(39 * per_token), 0.0]  # the read, then (one token drafted) nothing
+    assert reads == [True, False]  # the read is the prompt's
+    fresh.propose([*context, 41, 42], 3)  # now only the tokens emitted since
+    assert reads == [True, False, False, False] and offered[2] == pytest.approx(max(0.0, 2 * model.token_seconds - per_token))
 
 
 def test_prefill_leaves_only_the_last_token_to_run(tiny) -> None:  # type: ignore[no-untyped-def]
