@@ -38,11 +38,11 @@ pay decodes plainly without running the drafter (and probes as below). That firs
 to read the prompt first (after a short prompt, or when the session has not drafted with its
 model yet): a one-time cost that every later model round of the session shares, so it is spread
 over the rounds the session has left, its remaining tokens over the tokens a full-depth round
-emits at its rate (`read_share`). Priced against one round, a read never paid: a session whose
-first round did not read (one slow estimate was enough) then decoded without its model to the
-end, 127 rounds for 128 tokens at T=1, and so did the next session of the same process. Drafted
-steps are sunk when the policy cuts the draft, but they are part of the round's cost, so `depth`
-counts them.
+emits at its rate (`read_share`). Priced against one round, the read of a 54-token prompt cost
+1.4 plain passes on a slow hour, more than a draft gains at acceptance 0.79: a session whose
+first round did not read then decoded without its model to the end (127 rounds for 128 tokens
+at T=1; README, "Temperature 1: the policy's own cost"). Drafted steps are sunk when the policy
+cuts the draft, but they are part of the round's cost, so `depth` counts them.
 
 Load: a batching verifier scores the rounds of many sessions in one padded pass, and each verdict
 says how many rounds that pass held (B), its seconds t, its padded new-token rows, the verifier's
