@@ -267,6 +267,11 @@ class SessionPolicy:
         rounds = (self.max_new_tokens - self.emitted) / expected_tokens(self.session.alpha, max_depth)
         return 1.0 / max(1.0, rounds)
 
+    def catch_up_cost(self, catch_up_seconds: float, reads_prompt: bool, max_depth: int) -> float:
+        """What a model drafter's first step costs this round beyond a step, in step_cost's units:
+        the tokens it catches up on, or with reads_prompt this round's read_share of the prompt."""
+        return self.step_cost(catch_up_seconds) * (self.read_share(max_depth) if reads_prompt else 1.0)
+
     def step_cost(self, step_seconds: float) -> float:
         """One model-drafter step of `step_seconds` in units of the next round's pass without
         drafts (Leviathan's c): the plain round's share of the pass our next round will likely
@@ -346,9 +351,7 @@ class SessionPolicy:
         cost = self.cost()
         if step_seconds is None:
             return copy_rate > 1.0 / cost.of(0)
-        step, first = self.step_cost(step_seconds), self.step_cost(catch_up_seconds)
-        if reads_prompt:
-            first *= self.read_share(max_depth)
+        step, first = self.step_cost(step_seconds), self.catch_up_cost(catch_up_seconds, reads_prompt, max_depth)
         model_rate = max(
             expected_tokens(self.session.alpha, k) / (cost.of(scaled_nodes(k, max_depth, max_nodes)) + (step * k + first) * (k > 0))
             for k in range(max_depth + 1)
@@ -383,9 +386,8 @@ class SessionPolicy:
         if self.name == "specdec++":
             return j == 0 or 1.0 - float(np.prod(predicted)) <= self.threshold()
         step = self.step_cost(step_seconds)
-        first = self.step_cost(catch_up_seconds) if j == 0 else 0.0  # paid by any draft (sunk once j > 0)
-        if reads_prompt:
-            first *= self.read_share(max_depth)
+        # paid by any draft (sunk once j > 0)
+        first = self.catch_up_cost(catch_up_seconds, reads_prompt, max_depth) if j == 0 else 0.0
         if self.probe_due() and j == 0 and first < 1.0:  # no probe that costs more than a plain round
             return True
         cost = self.cost()

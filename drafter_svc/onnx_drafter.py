@@ -227,7 +227,7 @@ class OnnxDrafter:
         depth = min(budget, nodes)
         chain: list[int] = []
         chain_q: list[SparseQ] = []
-        qs: list[tuple[list[int], list[float]]] = []  # chain_q as a Draft carries them, each converted once
+        qs: list[tuple[list[int], list[float]]] = []  # each node's q as a Draft carries it, converted once
         level_logits: list[np.ndarray] = []
         while len(chain) < depth and self._keep_drafting(context, chain, qs, depth, nodes):
             if chain:
