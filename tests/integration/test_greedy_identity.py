@@ -96,8 +96,12 @@ def test_the_onnx_default_drafts_after_a_long_prompt(request, cluster, tokenizer
     beside the verifier's prefill and then draft, with greedy identity. Twice: once the process
     has timed a prefill, a drafter that never read the prompt would price its first step with the
     whole prompt and never draft (the bug this guards against: the first pre-draft stood in for
-    the prefill, and was declined). Then the hybrid drafter, without overlap: a summary copies
-    from its prompt, so some rounds send copies, and the output is the same."""
+    the prefill, and was declined). Then the hybrid drafter without overlap, under `auto` and
+    under `fixed`. The answer copies a request from the prompt, so `fixed`, which sends a copy
+    draft whenever there is one, sends them after the model's first round, and the output is the
+    same. Whether `auto` sends copies here is a close call on the process's
+    learned copy predictor (copy 2.05 against model 2.0 tokens per plain pass in one run, the
+    other way in another), so only its output is checked."""
     request.getfixturevalue("onnx_quantized_dir")
     document = " ".join(CHAT_PROMPTS * 3)
     ids = tokenizer.encode_chat([{"role": "user", "content": f"Summarize these requests:\n\n{document}"}])
@@ -112,13 +116,18 @@ def test_the_onnx_default_drafts_after_a_long_prompt(request, cluster, tokenizer
             return [
                 await client.generate(
                     token_ids=ids, max_new_tokens=32, temperature=0.0, drafter=drafter, num_draft_tokens=6,
-                    max_tree_nodes=6, draft_policy="auto", overlap=overlap,
+                    max_tree_nodes=6, draft_policy=policy, overlap=overlap,
                 )
-                for drafter, overlap in [("onnx-quantized", True), ("onnx-quantized", True), ("hybrid", False)]
+                for drafter, policy, overlap in [
+                    ("onnx-quantized", "auto", True), ("onnx-quantized", "auto", True), ("hybrid", "auto", False),
+                    ("hybrid", "fixed", False),
+                ]
             ]
 
     results = asyncio.run(generate())
     for result in results:
         assert result.token_ids == expected
         assert result.stats.drafted_tokens > 0 and result.stats.accepted_tokens > 0
-    assert [r.stats.copied_rounds > 0 for r in results] == [False, False, True]
+    assert [r.stats.copied_rounds for r in results][:2] == [0, 0]
+    fixed = results[3].stats
+    assert 0 < fixed.copied_rounds < fixed.rounds  # a model round (no copy before the answer starts), then copies
