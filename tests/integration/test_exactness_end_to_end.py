@@ -60,7 +60,8 @@ def exact_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClu
     the tree case's two siblings, and concurrent requests would then rarely test the tree. The
     rule's exactness does not depend on the cut (a cut keeps a tree's prefix with its q). Room
     for CONCURRENCY sessions and those still closing."""
-    with services(tmp_path_factory.mktemp("exact-cluster-logs"), "--cut-batched-drafts", "false", "--max-sessions", "28") as c:
+    args = ("--cut-batched-drafts", "false", "--max-sessions", str(CONCURRENCY + 8))
+    with services(tmp_path_factory.mktemp("exact-cluster-logs"), *args) as c:
         yield c
 
 
