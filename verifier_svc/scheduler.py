@@ -245,6 +245,11 @@ class Scheduler:
             len(ready), sum(len(p.pending) + len(p.tree) for _, p in ready), [started - w.arrived for w, _ in ready],
             seconds, rows, slots, self.pass_time.row_seconds,
         )
+        if self.on_pass:  # before the verdicts go out: a client that has its verdict sees the pass counted
+            try:
+                self.on_pass(record)
+            except Exception:  # noqa: BLE001 - a broken hook (metrics) must not withhold the verdicts
+                log.exception("the pass hook failed")
         with self._cond:  # before the verdicts go out: their turnarounds start now
             now = time.perf_counter()
             for w, _, error in results:
@@ -252,8 +257,6 @@ class Scheduler:
                     self._verdict_at[w.session] = now
         for w, verdict, error in results:
             _resolve(w, result=None if error else (verdict, record), error=error)
-        if self.on_pass:
-            self.on_pass(record)
 
     def _rate(self, session: Session) -> AcceptanceRate:
         rate = self._session_acceptance.get(session)
