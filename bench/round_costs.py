@@ -17,12 +17,18 @@ setting (e.g. `--drafter-args=--onnx-prompt-window=128`): one more drafter proce
 beside the same verifier, taking turns prompt by prompt with the default drafter (each one
 first in turn).
 
+`--split-cores` runs each configuration once more on a second cluster whose verifier is pinned
+to the first CPU and whose drafter to the last (`--cpus`; README, "A core each"), as separate
+pods would have cores of their own; its rows are named "(a core each)", and it takes turns with
+the others in the same way.
+
     flock /tmp/specdec-cpu.lock python -m bench.round_costs --temperature 1 --rows mt_bench --per-row 3
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 from collections import Counter
@@ -35,6 +41,7 @@ from bench.systems import parse_config
 from specdec.client import Client, GenerationStats
 from specdec.launcher import LocalCluster, Service
 
+SPLIT = "(a core each)"
 CONFIGS = "onnx-quantized-k4,onnx-quantized-k6,onnx-quantized-k6-auto,defaults"
 FIELDS = (
     "generated_tokens", "total_seconds", "rounds", "drafted_tokens", "draft_seconds", "verify_seconds", "network_seconds", "q_bytes",
@@ -54,6 +61,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         "--drafter-args", action="append", default=[],
         help="arguments of one more drafter process (space-separated), whose rows are named by them; repeatable",
     )
+    p.add_argument("--split-cores", action="store_true", help="also on a cluster with the verifier on the first CPU and the drafter on the last")
     return p.parse_args(argv)
 
 
@@ -82,7 +90,7 @@ def main(argv: Sequence[str]) -> int:
     except ValueError as error:
         raise SystemExit(str(error)) from error
     prompts = select(load_questions(bench_dir() / QUESTIONS_FILE), args.rows.split(","), args.per_row)
-    variants = ["", *args.drafter_args]
+    variants = ["", *args.drafter_args, *([SPLIT] if args.split_cores else [])]
     names = [row_name(config.name, variant) for config in configs for variant in variants]
     totals = {name: dict.fromkeys(FIELDS, 0.0) for name in names}
     positions = {name: {"drafted": Counter(), "accepted": Counter()} for name in names}
@@ -94,6 +102,12 @@ def main(argv: Sequence[str]) -> int:
             stack.callback(service.stop)
             service.wait_serving(600)
             clients[variant] = stack.enter_context(Client(service.address))
+        if args.split_cores:
+            cpus = sorted(os.sched_getaffinity(0))
+            split = stack.enter_context(LocalCluster(
+                Path(logs) / "split", verifier_args=["--prefix-cache-tokens=0", f"--cpus={cpus[0]}"], drafter_args=[f"--cpus={cpus[-1]}"],
+            ))
+            clients[SPLIT] = stack.enter_context(Client(split.address))
         for client in clients.values():  # warm-up
             client.generate(messages=prompts[0].messages, max_new_tokens=8, temperature=args.temperature, seed=1)
         for _ in range(args.repeats):

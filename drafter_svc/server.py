@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,6 +21,7 @@ from drafter_svc.verifier_pool import VerifierPool
 from specdec import grpc_server, settings, tls
 from specdec.auth import BearerTokenInterceptor, load_token
 from specdec.client_limits import ClientStreamLimit
+from specdec.cpu_pinning import pin_and_size_pool
 from specdec.errors import FailedPrecondition
 from specdec.metrics import DrafterMetrics, serve_metrics
 from specdec.model_files import drafter_dir, tokenizer_dir
@@ -113,4 +115,6 @@ async def run(config: DrafterSettings) -> None:
 
 def main(argv: Sequence[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s drafter %(levelname)s %(message)s")
-    asyncio.run(run(settings.parse(DrafterSettings, ENV_PREFIX, argv)))
+    config = settings.parse(DrafterSettings, ENV_PREFIX, argv)
+    config = dataclasses.replace(config, onnx_threads=pin_and_size_pool(config.cpus, config.onnx_threads, "onnxruntime"))
+    asyncio.run(run(config))

@@ -32,7 +32,8 @@ class DrafterSettings:
     onnx_small_dir: str = field(
         default="", metadata={"help": "model folder of the onnx-small drafter (empty: where `specdec draft build small` puts it for --model)"}
     )
-    onnx_threads: int = field(default=0, metadata={"help": "onnxruntime threads of the model drafters (0: one per core)"})
+    cpus: str = field(default="", metadata={"help": "CPU list to pin this process to, e.g. 1 or 2-3 (empty: all it may use)"})
+    onnx_threads: int = field(default=0, metadata={"help": "onnxruntime threads of the model drafters (0: one per --cpus CPU if pinned, else one per core)"})
     onnx_tail_mass: float = field(
         default=1e-2,
         metadata={"help": "model drafters: mass of q's least likely tokens left unsent when nothing truncates q (fewer bytes, alpha lower by at most this)"},

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Sequence
 
 import torch
 
 from specdec import grpc_server, settings, tls
+from specdec.cpu_pinning import pin_and_size_pool
 from specdec.metrics import VerifierMetrics, serve_metrics
 from specdec.sampling_params import SamplingParams
 from specdec.tokenizer import Tokenizer
@@ -82,4 +84,6 @@ async def run(config: VerifierSettings) -> None:
 
 def main(argv: Sequence[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s verifier %(levelname)s %(message)s")
-    asyncio.run(run(settings.parse(VerifierSettings, ENV_PREFIX, argv)))
+    config = settings.parse(VerifierSettings, ENV_PREFIX, argv)
+    config = dataclasses.replace(config, torch_threads=pin_and_size_pool(config.cpus, config.torch_threads, "torch"))
+    asyncio.run(run(config))

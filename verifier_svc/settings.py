@@ -32,7 +32,8 @@ class VerifierSettings:
         default=True,
         metadata={"help": "on CPU, time passes of 1-16 tokens at start (~3 s) and pad each lone pass to the fastest size at or above its own (pass_sizes.py)"},
     )
-    torch_threads: int = field(default=0, metadata={"help": "torch intra-op threads (0: torch's default)"})
+    cpus: str = field(default="", metadata={"help": "CPU list to pin this process to, e.g. 0 or 0-1,3 (empty: all it may use)"})
+    torch_threads: int = field(default=0, metadata={"help": "torch intra-op threads (0: one per --cpus CPU if pinned, else torch's default)"})
     grace_seconds: float = field(default=20.0, metadata={"help": "on SIGTERM, how long running streams may finish"})
     health_port: int = field(default=0, metadata={"help": "also serve grpc.health.v1 in plaintext on this port, for probes (0: off)"})
     metrics_port: int = field(default=0, metadata={"help": "serve Prometheus /metrics over HTTP on this port (0: off)"})
