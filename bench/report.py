@@ -10,7 +10,8 @@ drafted tokens / generated tokens.
 A policy is compared with the best fixed length of its row by the median over prompts of their
 tokens/s ratio on the same prompt, with a bootstrap 90% interval of that median (`paired_ratio`):
 "matches" means the interval reaches 1. The best fixed length being the best of several after the
-fact, the comparison leans against the policy.
+fact, the comparison leans against the policy; beside it, the same ratio against a fixed length
+chosen on the other half of the row's prompts (`held_out_ratio`), which does not.
 """
 
 from __future__ import annotations
@@ -210,14 +211,50 @@ def paired_ratio(
     """Median over the row's prompts of tokens/s(system) / tokens/s(reference) on the same prompt,
     with the 5th and 95th percentiles of that median over `resamples` bootstrap resamples of the
     prompts (seeded); None without a prompt both ran."""
-    def speeds(name: str) -> dict[int, float]:
-        return {
-            r.question_id: r.tokens_per_second for r in records
-            if r.system == name and r.error is None and r.tokens_per_second and (row == OVERALL or r.row == row)
-        }
+    ours, theirs = _speeds(records, row, system), _speeds(records, row, reference)
+    return _median_with_interval([ours[q] / theirs[q] for q in ours if q in theirs], resamples, seed)
 
-    ours, theirs = speeds(system), speeds(reference)
-    ratios = [ours[q] / theirs[q] for q in ours if q in theirs]
+
+def held_out_ratio(
+    records: Sequence[Record], row: str, system: str, fixed: Sequence[str], resamples: int = 2000, seed: int = 0,
+) -> tuple[float, float, float] | None:
+    """paired_ratio against a fixed length chosen without the prompts it is compared on
+    (two-fold cross-fitting): the row's prompts are split in two, alternately in question order
+    within each task; on each half `system` is compared with the fixed system of the highest
+    median speedup on the other half. Choosing the best of several after the fact favours the
+    fixed length by its luck on the very prompts compared (the winner's curse); this does not.
+    The interval resamples the pooled ratios (the choices held fixed)."""
+    by_task: dict[str, list[int]] = {}
+    for r in records:
+        if row == OVERALL or r.row == row:
+            by_task.setdefault(r.row, [])
+            if r.question_id not in by_task[r.row]:
+                by_task[r.row].append(r.question_id)
+    halves = [{q for ids in by_task.values() for q in sorted(ids)[i::2]} for i in (0, 1)]
+    ours = _speeds(records, row, system)
+    ratios: list[float] = []
+    for this, other in (halves, halves[::-1]):
+        speedups = {
+            f: statistics.median(r.speedup for r in records if r.system == f and r.question_id in other and r.speedup)
+            for f in fixed if any(r.system == f and r.question_id in other and r.speedup for r in records)
+        }
+        if not speedups:
+            continue
+        theirs = _speeds(records, row, max(speedups, key=lambda f: speedups[f]))
+        ratios += [ours[q] / theirs[q] for q in this if q in ours and q in theirs]
+    return _median_with_interval(ratios, resamples, seed)
+
+
+def _speeds(records: Sequence[Record], row: str, system: str) -> dict[int, float]:
+    """tokens/s of `system` per question of the row (every row's for OVERALL)."""
+    return {
+        r.question_id: r.tokens_per_second for r in records
+        if r.system == system and r.error is None and r.tokens_per_second and (row == OVERALL or r.row == row)
+    }
+
+
+def _median_with_interval(ratios: Sequence[float], resamples: int, seed: int) -> tuple[float, float, float] | None:
+    """The median, and the 5th and 95th percentiles of the medians of seeded bootstrap resamples."""
     if not ratios:
         return None
     rng = random.Random(seed)
@@ -244,6 +281,9 @@ def policy_table(summaries: Sequence[Summary], fixed: Sequence[str], others: Seq
         paired = paired_ratio(records, s.row, s.system, best.system) if best is not None and records else None
         if paired is not None:
             text += f"; {paired[0]:.2f} of the best fixed ({paired[1]:.2f}-{paired[2]:.2f})"
+        held_out = held_out_ratio(records, s.row, s.system, fixed) if best is not None and records else None
+        if held_out is not None:
+            text += f", {held_out[0]:.2f} of the held-out best ({held_out[1]:.2f}-{held_out[2]:.2f})"
         return text
 
     for row in rows:

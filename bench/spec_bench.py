@@ -25,7 +25,7 @@ from bench.prompts import QUESTIONS_FILE, TASKS, Prompt, bench_dir, load_questio
 from bench.report import Record, Summary, make_record, markdown_table, policy_table, summarize
 from bench.plots import acceptance_plot, speedup_plot
 from bench.systems import (
-    DEFAULT_CONFIGS, TRANSFORMERS_REFERENCE, Decoding, Output, SpecdecConfig, SpecdecSystem, System, parse_configs,
+    DEFAULT_CONFIGS, TRANSFORMERS_REFERENCE, Decoding, Output, SpecdecConfig, SpecdecSystem, System, parse_config, parse_configs,
 )
 from specdec.client import Client
 from specdec.launcher import LocalCluster
@@ -59,6 +59,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                         "drafter of `specdec draft build small`, if built)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 (default) is greedy and checks outputs")
     p.add_argument("--seed", type=int, default=0, help="sampling seed; prompt i uses seed + i")
+    p.add_argument("--policies-of", type=Path, default=None, metavar="JSON",
+                   help="print the policy table of a saved run (its spec_bench-*.json) as this code computes it, and exit")
     p.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results",
                    help="folder for spec_bench-<timestamp>.md and .json (default: bench/results/)")
     args = p.parse_args(list(argv))
@@ -119,6 +121,37 @@ def _problems(records: Sequence[Record], speculative: set[str]) -> tuple[list[st
     return warnings, bool(failed or wrong)
 
 
+def policy_section(configs: Sequence[SpecdecConfig], summaries: Sequence[Summary], records: Sequence[Record]) -> str:
+    """The report's policy table (report.policy_table), if the run had fixed lengths and others."""
+    fixed = [c.name for c in configs if c.speculates and c.draft_policy == "fixed" and not c.overlap]
+    others = [c.name for c in configs if c.speculates and c.name not in fixed]
+    if not (fixed and others):
+        return ""
+    return (f"\n## Draft-length policies and overlap\n\nSpeedup vs baseline (verification rate / discard rate: target "
+            f"passes and discarded drafts per generated token; after the semicolon, the median per-prompt "
+            f"tokens/s ratio to the best fixed K and its bootstrap 90% interval, then to the fixed K that was best "
+            f"on the other half of the prompts)\n\n"
+            f"{policy_table(summaries, fixed, others, records)}\n")
+
+
+def policy_section_of_saved_run(path: Path) -> str:
+    """policy_section of a run's saved JSON, computed again by this code."""
+    payload = json.loads(path.read_text(encoding="utf-8"))
+    fields = {f.name for f in dataclasses.fields(Record)}
+    records = [
+        Record(**{k: tuple(v) if isinstance(v, list) else v for k, v in r.items() if k in fields}) for r in payload["records"]
+    ]
+    configs = []
+    for name in payload["run"]["systems"]:
+        try:
+            configs.append(parse_config(name))
+        except ValueError:  # a peer
+            pass
+    rows = list(dict.fromkeys(r.row for r in records))
+    greedy = float(payload["run"]["temperature"]) == 0.0
+    return policy_section(configs, summarize(records, rows, [c.name for c in configs], greedy), records)
+
+
 def _write(args: argparse.Namespace, argv: Sequence[str], started: datetime, elapsed: float, machine: dict[str, object],
            systems: Sequence[str], records: Sequence[Record], summaries: Sequence[Summary], warnings: Sequence[str],
            configs: Sequence[SpecdecConfig] = ()) -> None:
@@ -138,13 +171,7 @@ def _write(args: argparse.Namespace, argv: Sequence[str], started: datetime, ela
     ]
     images = "".join(f"\n![{p.stem}]({p.name})\n" for p in plots if p is not None)
     text = f"# {title}\n\n{machine_line}\n\n{markdown_table(summaries)}\n\n{legend}\n{notes}\n{images}"
-    fixed = [c.name for c in configs if c.speculates and c.draft_policy == "fixed" and not c.overlap]
-    others = [c.name for c in configs if c.speculates and c.name not in fixed]
-    if fixed and others:
-        text += (f"\n## Draft-length policies and overlap\n\nSpeedup vs baseline (verification rate / discard rate: target "
-                 f"passes and discarded drafts per generated token; after the semicolon, the median per-prompt "
-                 f"tokens/s ratio to the best fixed K and its bootstrap 90% interval)\n\n"
-                 f"{policy_table(summaries, fixed, others, records)}\n")
+    text += policy_section(configs, summaries, records)
     print(text)
 
     md_path, json_path = args.out / f"spec_bench-{stamp}.md", args.out / f"spec_bench-{stamp}.json"
@@ -192,6 +219,9 @@ def main(argv: Sequence[str]) -> int:
     """Run the benchmark: 0 if all went well, 1 if a generation failed or a speculative greedy
     output differs from the baseline, 2 for bad options."""
     args = parse_args(argv)
+    if args.policies_of is not None:
+        print(policy_section_of_saved_run(args.policies_of))
+        return 0
     try:
         configs = parse_configs(args.configs)
         rows = [c.strip() for c in args.categories.split(",") if c.strip()]

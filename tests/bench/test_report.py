@@ -1,12 +1,14 @@
 """bench.report: SpecDec++'s verification and discard rates, the best-fixed-K table and the paired
-comparison with it."""
+comparisons with it (chosen after the fact, and held out)."""
 
 from __future__ import annotations
+
+import statistics
 
 import pytest
 
 from bench.prompts import Prompt
-from bench.report import make_record, paired_ratio, policy_table, summarize
+from bench.report import held_out_ratio, make_record, paired_ratio, policy_table, summarize
 from bench.systems import Output
 
 
@@ -74,3 +76,25 @@ def test_a_policy_is_compared_with_the_best_fixed_length_prompt_by_prompt() -> N
     assert paired_ratio(twice, "overall", "auto", "k4") == pytest.approx((2.0, 2.0, 2.0))
     table = policy_table(summarize(records, ["qa"], ["k4", "auto"], greedy=False), ["k4"], ["auto"], records)
     assert "; 1.00 of the best fixed (" in next(line for line in table.splitlines() if line.startswith("| qa"))
+
+
+def test_the_held_out_best_is_chosen_on_the_other_half_of_the_prompts() -> None:
+    """Two fixed lengths each lucky on one half (question order: the even positions, then the odd
+    ones): chosen after the fact, the best beats the policy on half the prompts; held out, each
+    half is compared with the length that won the other half, and the policy leads on all."""
+    baseline = output(40, 4.0, 40, 0, 0)
+    records = []
+    for q in range(8):
+        prompt = Prompt(q, "qa", "qa", "hi")
+        lucky_half = q % 2 == 0
+        speeds = {"auto": 2.0, "k4": (2.5 if lucky_half else 1.6) + 0.01 * q, "k6": (1.7 if lucky_half else 2.4) + 0.01 * q}
+        records += [make_record(prompt, name, 0, output(40, 40 / v, 20, 40, 20), baseline, greedy=False) for name, v in speeds.items()]
+    after_the_fact = paired_ratio(records, "qa", "auto", "k4")  # k4's median speedup is the higher
+    held_out = held_out_ratio(records, "qa", "auto", ["k4", "k6"])
+    assert after_the_fact is not None and held_out is not None
+    assert after_the_fact[1] < 1.0 and held_out[1] > 1.15  # auto/k6 on the even half, auto/k4 on the odd
+    assert held_out[0] == pytest.approx(statistics.median([2.0 / (1.7 + 0.01 * q) for q in (0, 2, 4, 6)]
+                                                          + [2.0 / (1.6 + 0.01 * q) for q in (1, 3, 5, 7)]))
+    assert held_out_ratio(records, "qa", "auto", ["k8"]) is None  # no such fixed length
+    table = policy_table(summarize(records, ["qa"], ["k4", "k6", "auto"], greedy=False), ["k4", "k6"], ["auto"], records)
+    assert f", {held_out[0]:.2f} of the held-out best (" in next(line for line in table.splitlines() if line.startswith("| qa"))

@@ -40,3 +40,15 @@ def test_quick_bench_writes_table_json_and_plots(tmp_path: Path) -> None:
     assert overall["copy-k4"]["verification_rate"] <= 1.0
     text = md.read_text()
     assert "time to first token" in text and "hf-prompt-lookup" in text and all(p in text for p in pngs)
+
+
+def test_a_saved_runs_policy_table_is_computed_again_as_its_report_printed_it() -> None:
+    """A committed run (T=0, eight prompts per task): each row comes out as its report printed it,
+    with the comparison to the held-out best added."""
+    saved = Path(spec_bench.__file__).parent / "results" / "spec_bench-20261124-003125"
+    table = spec_bench.policy_section_of_saved_run(saved.with_suffix(".json")).splitlines()
+    printed = [line for line in saved.with_suffix(".md").read_text(encoding="utf-8").splitlines() if "of the best fixed (" in line]
+    assert len(printed) == 7  # six tasks and overall
+    for old in printed:
+        (new,) = [line for line in table if line.startswith(old.removesuffix(" |") + ", ")]
+        assert " of the held-out best (" in new.removeprefix(old) and new.endswith(") |")
