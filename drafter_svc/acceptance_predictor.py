@@ -24,7 +24,8 @@ Every feature but the bias is 0 for the common case, the first token of a point-
 point-mass draft would be a second bias, and SGD would move the total bias at a multiple of the
 learning rate (three such inputs once tripled it, and the bias then swamped the session rate).
 
-Shared state: one predictor per drafter kind per process; numpy updates between awaits, so
+Shared state: one predictor per drafter kind per process, and per kind of verification (greedy
+labels and sampled ones differ: draft_policy.PolicyState); numpy updates between awaits, so
 concurrent asyncio sessions never see a half-written weight vector.
 """
 

@@ -423,7 +423,7 @@ def test_a_session_whose_first_round_did_not_read_the_prompt_reads_it_later() ->
     for max_new_tokens, pays in ((128, True), (0, False)):
         state = PolicyState()
         state.costs = PassCostModel(plain=0.074, fixed=0.124, per_node=0.0)
-        state.drafter_acceptance("hybrid").alpha = 0.8
+        state.drafter_acceptance("hybrid", greedy=False).alpha = 0.8
         policy = SessionPolicy("auto", "hybrid", state, prompt_tokens=53, greedy=False, max_new_tokens=max_new_tokens)
         policy.observe(Draft.point_masses([]), [], 0.2, 0, first_round=True, had_draft=True, emitted=1)
         assert policy.keep_drafting(_chain([], 1.0), 6, 6, 0.019, read, reads_prompt=True) == pays
@@ -504,6 +504,24 @@ def test_a_hybrid_session_sends_copies_once_unsent_ones_prove_right_and_stops_wh
         rounds += 1
     assert rounds <= 5
     assert policy.session.alpha == model_alpha  # the copies' labels are not the model's
+
+
+def test_what_sampled_sessions_learn_of_copies_leaves_greedy_sessions_alone() -> None:
+    """A sampled session labels a copied token with p(token) (0.3 here), a greedy one with 1 when
+    it is the target's argmax: one process serving both keeps a predictor and a mean rate for
+    each, so a greedy session after many sampled ones predicts as in a fresh process."""
+    state = PolicyState()
+    for _ in range(20):
+        sampled = SessionPolicy("auto", "hybrid", state, greedy=False)
+        for _ in range(10):
+            sampled.observe(COPY_DRAFT, [0.3] * len(COPY_DRAFT), seconds(6), 0, first_round=False, had_draft=True, copied=True)
+    fresh = SessionPolicy("auto", "hybrid", PolicyState()).predict(COPY_DRAFT, range(len(COPY_DRAFT)), copied=True)
+    greedy = SessionPolicy("auto", "hybrid", state)
+    assert greedy.copy_session.alpha == PolicyState().drafter_acceptance("copy").alpha
+    np.testing.assert_allclose(greedy.predict(COPY_DRAFT, range(len(COPY_DRAFT)), copied=True), fresh)
+    later = SessionPolicy("auto", "hybrid", state, greedy=False)
+    assert later.copy_session.alpha < 0.35
+    assert (later.predict(COPY_DRAFT, range(len(COPY_DRAFT)), copied=True) < fresh - 0.1).all()
 
 
 def test_unsent_copy_labels_run_along_the_emitted_tokens_to_the_first_mismatch() -> None:
