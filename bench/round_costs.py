@@ -18,9 +18,9 @@ beside the same verifier, taking turns prompt by prompt with the default drafter
 first in turn).
 
 `--split-cores` runs each configuration once more on a second cluster whose verifier is pinned
-to the first CPU and whose drafter to the last (`--cpus`; README, "A core each"), as separate
-pods would have cores of their own; its rows are named "(a core each)", and it takes turns with
-the others in the same way.
+to the first CPU and whose drafter to the last (`--cpus`; README, "Overlap on a core of its
+own"), as separate pods would have cores of their own; its rows are named "(a core each)", and
+it takes turns with the others in the same way.
 
     flock /tmp/specdec-cpu.lock python -m bench.round_costs --temperature 1 --rows mt_bench --per-row 3
 """
