@@ -55,14 +55,20 @@ def node_features(draft: Draft, nodes: Sequence[int]) -> np.ndarray:
     depths = node_depths(draft)
     rows = []
     for i in nodes:
-        probs = np.asarray(draft.q_probs[i], dtype=np.float64)
-        probs = probs[probs > 0]
         q = draft.q_probs[i][draft.q_token_ids[i].index(draft.token_ids[i])]
-        entropy = -float(probs @ np.log(probs))
+        entropy = draft.q_entropies[i] if draft.q_entropies else q_entropy(np.asarray(draft.q_probs[i], dtype=np.float64))
         match = draft.match_lengths[i] if draft.match_lengths else 0
         confidence = draft.confidences[i] if draft.confidences else 1.0
         rows.append((1.0, (depths[i] - 1) / 8.0, min(match, 16) / 16.0, 1.0 - confidence, 1.0 - q, entropy / math.log(16)))
     return np.asarray(rows, dtype=np.float64).reshape(len(rows), len(FEATURES))
+
+
+def q_entropy(probs: np.ndarray) -> float:
+    """The entropy in nats of a sparse q's probabilities (zeros ignored), taken in float64: a
+    float32 array and the list of its values give the same number to the last bit."""
+    probs = probs.astype(np.float64)
+    probs = probs[probs > 0]
+    return -float(probs @ np.log(probs))
 
 
 def _logit(alpha: float) -> float:

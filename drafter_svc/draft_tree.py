@@ -46,6 +46,7 @@ def _select(draft: Draft, keep: Sequence[int], parents: Sequence[int]) -> Draft:
         [draft.q_probs[i] for i in keep],
         pick(draft.match_lengths),
         pick(draft.confidences),
+        pick(draft.q_entropies),
     )
 
 

@@ -40,7 +40,10 @@ class Draft:
     never by the verifier: match_lengths[i] is how many context tokens the prediction of node i
     rests on (the matched suffix of a copy draft, the backed-off context of an n-gram draft);
     confidences[i] is the drafter's own estimate in [0, 1] that the token comes next (an n-gram
-    draft's empirical frequency). Empty: unknown. Not part of equality: the same tree is the same draft.
+    draft's empirical frequency); q_entropies[i] is the entropy of q_i in nats, as
+`acceptance_predictor.q_entropy` computes it, by a drafter that had q as an array (a model
+drafter: computed once, not again from the lists at every policy step). Empty: unknown (computed
+when needed). Not part of equality: the same tree is the same draft.
     """
 
     token_ids: list[int]
@@ -49,6 +52,7 @@ class Draft:
     q_probs: list[list[float]]
     match_lengths: list[int] = field(default_factory=list, compare=False)
     confidences: list[float] = field(default_factory=list, compare=False)
+    q_entropies: list[float] = field(default_factory=list, compare=False)
 
     def __post_init__(self) -> None:
         if not len(self.token_ids) == len(self.parents) == len(self.q_token_ids) == len(self.q_probs):
@@ -59,7 +63,7 @@ class Draft:
         for token, ids, probs in zip(self.token_ids, self.q_token_ids, self.q_probs):
             if len(ids) != len(probs) or token not in ids:
                 raise ValueError("each q must list its drafted token, with one probability per token id")
-        for name in ("match_lengths", "confidences"):
+        for name in ("match_lengths", "confidences", "q_entropies"):
             if getattr(self, name) and len(getattr(self, name)) != len(self.token_ids):
                 raise ValueError(f"{name} must be empty or have one entry per node")
 

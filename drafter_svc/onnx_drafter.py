@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from drafter_svc.acceptance_predictor import q_entropy
 from drafter_svc.draft_sampling import TAIL_MASS, SparseQ, draft_distribution, point_mass, top_tokens
 from drafter_svc.drafter import ROOT, Draft, Feedback
 from specdec.sampling_params import SamplingParams
@@ -39,6 +40,7 @@ from specdec.sampling_params import SamplingParams
 # tried in random order with the chain's node and often end the walk early (int8 drafter, k4-t8:
 # 0.66x vs 1.28x for the chain; README, "ONNX drafters"). Exact either way.
 BRANCH_DEPTHS = 2
+NodeQ = tuple[list[int], list[float], float]  # a node's q as a Draft carries it: token ids, probabilities, entropy
 
 
 @dataclass(frozen=True)
@@ -227,7 +229,7 @@ class OnnxDrafter:
         depth = min(budget, nodes)
         chain: list[int] = []
         chain_q: list[SparseQ] = []
-        qs: list[tuple[list[int], list[float]]] = []  # each node's q as a Draft carries it, converted once
+        qs: list[NodeQ] = []  # each node's q as a Draft carries it, converted once
         level_logits: list[np.ndarray] = []
         while len(chain) < depth and self._keep_drafting(context, chain, qs, depth, nodes):
             if chain:
@@ -239,7 +241,7 @@ class OnnxDrafter:
             q = draft_distribution(logits, self.sampling, self.tail_mass)
             chain.append(q.sample(self.rng))
             chain_q.append(q)
-            qs.append(q.lists())
+            qs.append(_node_q(q))
             level_logits.append(logits)
         if not chain:
             return Draft.point_masses([])
@@ -254,18 +256,18 @@ class OnnxDrafter:
             for token, q in drawn:
                 token_ids.append(token)
                 parents.append(d - 1)  # the chain node at depth d (d - 1 is its parent's index)
-                qs.append(q.lists())
-        return Draft(token_ids, parents, [ids for ids, _ in qs], [probs for _, probs in qs])
+                qs.append(_node_q(q))
+        return _draft(token_ids, parents, qs)
 
     def observe(self, feedback: Feedback) -> None:
         """Nothing to learn: the next context tells the cache where to roll back to."""
 
     def _keep_drafting(
-        self, context: Sequence[int], chain: list[int], qs: list[tuple[list[int], list[float]]], depth: int, nodes: int
+        self, context: Sequence[int], chain: list[int], qs: list[NodeQ], depth: int, nodes: int
     ) -> bool:
         if self.keep_drafting is None:
             return True
-        partial = Draft(list(chain), list(range(ROOT, len(chain) - 1)), [ids for ids, _ in qs], [probs for _, probs in qs])
+        partial = _draft(list(chain), list(range(ROOT, len(chain) - 1)), qs)
         catch_up = self.catch_up_seconds(context) if not chain else 0.0
         return self.keep_drafting(partial, depth, nodes, self.step_seconds, catch_up, self.reads_prompt and not chain)
 
@@ -295,6 +297,14 @@ class OnnxDrafter:
         if length < len(self._tokens):
             self._cache = [kv[:, :, :length] for kv in self._cache]
             del self._tokens[length:]
+
+
+def _node_q(q: SparseQ) -> NodeQ:
+    return (*q.lists(), q_entropy(q.probs))
+
+
+def _draft(token_ids: list[int], parents: list[int], qs: Sequence[NodeQ]) -> Draft:
+    return Draft(token_ids, parents, [ids for ids, _, _ in qs], [probs for _, probs, _ in qs], q_entropies=[e for _, _, e in qs])
 
 
 def _running_mean(current: float, seconds: float) -> float:

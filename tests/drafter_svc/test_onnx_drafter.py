@@ -7,13 +7,16 @@ the last ones run the real `quantized` drafter (built once into the drafter cach
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from drafter_svc.acceptance_predictor import node_features
 from drafter_svc.draft_sampling import draft_distribution
+from drafter_svc.draft_tree import cut
 from drafter_svc.drafter import ROOT, DrafterModels, make_drafter, resolve_default_drafter
 from drafter_svc.onnx_drafter import OnnxDrafter, load_draft_model
 from specdec.errors import FailedPrecondition
@@ -200,6 +203,28 @@ def test_sampled_tree_siblings_declare_their_chain_nodes_q(tiny) -> None:  # typ
         assert (draft.q_token_ids[node], draft.q_probs[node]) == (draft.q_token_ids[chain_node], draft.q_probs[chain_node])
     assert drafter(folder, SamplingParams(1.0)).propose(CONTEXT, 0, 9).token_ids == []
     assert len(drafter(folder, SamplingParams(1.0)).propose(CONTEXT, 4, 2).token_ids) == 2  # cut to max_nodes
+
+
+@pytest.mark.parametrize("params", [SamplingParams(1.0), SamplingParams(0.0)], ids=str)
+def test_drafts_carry_each_nodes_q_entropy_as_the_policies_would_compute_it(tiny, params: SamplingParams) -> None:  # type: ignore[no-untyped-def]
+    """Computed once from q's array, and to the last bit what the acceptance features compute
+    from the lists a Draft carries (so policies decide as before, without converting every step);
+    the partial chains the policy is asked about carry them too, and so does a cut."""
+    _, folder = tiny
+    seen: list[list[float]] = []
+
+    def keep(chain, *_):  # type: ignore[no-untyped-def]
+        seen.append(list(chain.q_entropies))
+        return True
+
+    d = drafter(folder, params)
+    d.keep_drafting = keep
+    draft = d.propose(CONTEXT, 4, 9)
+    recomputed = node_features(replace(draft, q_entropies=[]), range(len(draft)))
+    np.testing.assert_array_equal(node_features(draft, range(len(draft))), recomputed)
+    assert len(draft.q_entropies) == 9 and seen == [draft.q_entropies[:j] for j in range(4)]
+    assert (max(draft.q_entropies) > 0) == (not params.greedy)
+    assert cut(draft, 2, 3).q_entropies == [draft.q_entropies[i] for i in (0, 1, 4)]
 
 
 def test_seeded_streams_are_reproducible_and_distinct(tiny) -> None:  # type: ignore[no-untyped-def]
