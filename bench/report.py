@@ -224,20 +224,19 @@ def held_out_ratio(
     median speedup on the other half. Choosing the best of several after the fact favours the
     fixed length by its luck on the very prompts compared (the winner's curse); this does not.
     The interval resamples the pooled ratios (the choices held fixed)."""
-    by_task: dict[str, list[int]] = {}
+    by_task: dict[str, set[int]] = {}
     for r in records:
         if row == OVERALL or r.row == row:
-            by_task.setdefault(r.row, [])
-            if r.question_id not in by_task[r.row]:
-                by_task[r.row].append(r.question_id)
+            by_task.setdefault(r.row, set()).add(r.question_id)
     halves = [{q for ids in by_task.values() for q in sorted(ids)[i::2]} for i in (0, 1)]
     ours = _speeds(records, row, system)
     ratios: list[float] = []
     for this, other in (halves, halves[::-1]):
-        speedups = {
-            f: statistics.median(r.speedup for r in records if r.system == f and r.question_id in other and r.speedup)
-            for f in fixed if any(r.system == f and r.question_id in other and r.speedup for r in records)
-        }
+        speedups: dict[str, float] = {}
+        for f in fixed:
+            chosen_on = [r.speedup for r in records if r.system == f and r.question_id in other and r.speedup]
+            if chosen_on:
+                speedups[f] = statistics.median(chosen_on)
         if not speedups:
             continue
         theirs = _speeds(records, row, max(speedups, key=lambda f: speedups[f]))
