@@ -255,8 +255,12 @@ class SessionPolicy:
         if price is not None and price.batched:
             return price.relative()
         if price is not None and price.rounds >= 1:  # a lone pass: nothing queued behind it
-            return self.state.costs.relative()
-        return self.state.costs.relative().scaled(1.0 + self.state.load_weight * self.load)
+            return self.state.costs.relative(self.context())
+        return self.state.costs.relative(self.context()).scaled(1.0 + self.state.load_weight * self.load)
+
+    def context(self) -> int:
+        """The tokens in the session's verifier cache before its next round: prompt and emitted."""
+        return self.prompt_tokens + self.emitted
 
     def prefill_round(self) -> bool:
         """The next round is the first, alone in its pass: the pass that reads the prompt."""
@@ -265,7 +269,7 @@ class SessionPolicy:
 
     def prefill_seconds(self) -> float:
         """The first pass without drafts: t_plain + t_node (prompt - 1) seconds."""
-        return self.state.costs.plain + self.state.costs.line()[1] * (self.prompt_tokens - 1)
+        return self.state.costs.plain(1) + self.state.costs.line()[1] * (self.prompt_tokens - 1)
 
     def read_share(self, max_depth: int) -> float:
         """The share of a model drafter's one-time read of the prompt that the next round pays:
@@ -287,7 +291,7 @@ class SessionPolicy:
         price = self.load_price()
         if price is not None and price.batched:
             return step_seconds / price.plain_share()
-        return step_seconds / (self.prefill_seconds() if self.prefill_round() else self.state.costs.plain)
+        return step_seconds / (self.prefill_seconds() if self.prefill_round() else self.state.costs.plain(self.context()))
 
     def may_draft(self) -> bool:
         """False when this policy will send an empty round whatever the drafter proposes: it
@@ -435,6 +439,7 @@ class SessionPolicy:
         this round; price: the verdict's description of its pass (None: not reported); copied:
         `sent` was a hybrid session's copy draft, whose labels teach the copy predictor; emitted:
         the tokens the round emitted."""
+        context = self.context()  # what the pass found cached
         self.rounds += 1
         self.emitted += emitted
         self.load = max(0, queued_rounds)
@@ -443,7 +448,7 @@ class SessionPolicy:
         if self.price is not None and self.price.rounds >= 2:
             self.state.last_multi = self.price
         if not first_round and queued_rounds == 0 and (self.price is None or self.price.rounds == 1):
-            self.state.costs.observe(len(sent), verify_seconds)
+            self.state.costs.observe(len(sent), verify_seconds, context)
         # The verifier may have cut the tree under load (verifier_svc/pass_width.py): the nodes
         # it kept, a prefix, are the ones with labels.
         path = [i for i in primary_path(sent) if i < len(acceptance_probs)]

@@ -1,24 +1,41 @@
-"""What a target pass costs as a function of the number of drafted nodes it verifies, estimated
-online from the verify_seconds the verifier returns with every verdict.
+"""What a target pass costs as a function of the number of drafted nodes it verifies and of the
+session's context, estimated online from the verify_seconds the verifier returns with every
+verdict.
 
 Leviathan et al. (2023), section 3.2, price a round of K drafts at (K c + 1) target passes, c being
 the cost of one draft-model step relative to one target pass. Our drafters cost nothing; what grows
-with K is the target pass itself: on a CPU a pass over more tokens takes longer (SmolLM2-135M on
-this project's 2 cores: ~57 ms for 1 token, ~75 ms for 5, ~86 ms for 9, ~98 ms for 17; short
-passes are padded to a faster size: verifier_svc/pass_sizes.py). The model, in seconds, for a round of n drafted nodes:
+with K is the target pass itself: on a CPU a pass over more tokens takes longer, and not steadily.
+SmolLM2-135M on this project's 2 cores, lone passes after a cache of 200 and of 1,500 tokens
+(tokens = the pending token + drafted nodes; the verifier pads short passes to a faster size,
+verifier_svc/pass_sizes.py):
 
-    t(0) = t_plain                      (one plain decoding step)
-    t(n) = t_fixed + t_node * n,  n >= 1
+    tokens          1     2     5     6     9    10
+    200 cached     65    94    98   111   109   114   ms
+    1,500 cached   85   117   114   137   130   131   ms
 
-fitted by exponentially weighted least squares (recent rounds count more; prior pseudo-rounds
-from the figures above, which never decay, keep the fit defined when recent rounds all have the
-same size). A shared CPU makes single passes several times slower now and then, so each
-observation is clipped to [1/2, 2] times the current estimate before it enters the fit: a real,
-lasting change still moves the estimate within tens of rounds, a burst of contention does not
-make drafting look ruinous (after which a policy would stop drafting and never re-measure). In Leviathan's units (one plain pass = 1)
-a round of n >= 1 nodes costs 1 + c0 + c n with c = t_node / t_plain, the per-node cost ratio, and
-c0 = (t_fixed - t_plain) / t_plain, the jump from a plain pass to any pass with drafts (c0 = 0 is
-Leviathan's own model).
+Three things a line through n would miss: the jump from a plain pass to any pass with drafts, the
+step between 5 and 6 tokens (4 drafted nodes cost about what 1 does; 5 cost 15-20 ms more), and
+the cache's share, which every pass pays alike. The model, in seconds, for a round of n drafted
+nodes after a context of L tokens:
+
+    t(0, L) = t_plain + g L                               (one plain decoding step)
+    t(n, L) = t_plain + g L + t_jump + t_node n + r(n),   n >= 1
+
+t_plain, g, t_jump and t_node are fitted jointly by exponentially weighted least squares (recent
+rounds count more; prior pseudo-rounds from the figures above, which never decay, keep the fit
+defined when recent rounds all have one size and one context); r(n), the step structure, is the
+decayed mean of the rounds of n nodes' residuals from that line, shrunk towards 0 (the line) by
+RESIDUAL_PRIOR_WEIGHT pseudo-rounds, so a size seen only once or twice, or long ago, is priced by
+the line. A shared CPU makes single passes several times slower now and then, so each observation
+is clipped to [1/2, 2] times the line before it enters the line's fit, and each residual to
+RESIDUAL_CLIP times the line (the steps measured are 15-20% of a pass): a real, lasting change
+still moves the estimate within tens of rounds, a burst of contention does not make drafting look
+ruinous (after which a policy would stop drafting and never re-measure).
+
+In Leviathan's units (one plain pass at the same context = 1) a round of n >= 1 nodes costs
+1 + c0 + c n + e(n): c = t_node / t(0, L), the per-node cost ratio, c0 = t_jump / t(0, L), the
+jump from a plain pass to any pass with drafts (c0 = 0 and e = 0 are Leviathan's own model), and
+e(n) = r(n) / t(0, L).
 
 Only rounds that did not queue behind other sessions' rounds are used (the verifier reports how
 many were ahead), and never a session's first round, which includes the prompt's prefill.
@@ -28,28 +45,41 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# Prior figures (seconds), from the measurements quoted above.
+import numpy as np
+
+# Prior figures (seconds), from the measurements quoted above: a plain pass and the line through
+# passes with drafts at a PRIOR_CONTEXT-token cache, and what each cached token adds to any pass.
 PRIOR_PLAIN = 0.057
 PRIOR_FIXED = 0.068
 PRIOR_PER_NODE = 0.0019
+PRIOR_PER_CONTEXT = 1.5e-5
+PRIOR_CONTEXT = 300
+CONTEXT_UNIT = 1000.0  # the context regressor's unit, keeping the normal equations well conditioned
+RESIDUAL_PRIOR_WEIGHT = 1.0  # pseudo-rounds of residual 0 behind each size's r(n)
+RESIDUAL_CLIP = 0.25  # a round's residual enters r(n) clipped to +-this share of the line's seconds
 
 
 @dataclass(frozen=True)
 class RelativeCost:
-    """A round's cost in plain target passes: 1 for no drafts, else 1 + overhead + per_node * n."""
+    """A round's cost in plain target passes: 1 for no drafts, else 1 + overhead + per_node * n
+    + extra[n - 1] (no extra past the table's end)."""
 
     per_node: float  # c
     overhead: float  # c0
+    extra: tuple[float, ...] = ()  # e(1), e(2), ...
 
     def of(self, nodes: int) -> float:
-        return 1.0 if nodes == 0 else 1.0 + self.overhead + self.per_node * nodes
+        if nodes == 0:
+            return 1.0
+        extra = self.extra[nodes - 1] if nodes <= len(self.extra) else 0.0
+        return max(1.0, 1.0 + self.overhead + self.per_node * nodes + extra)
 
     def scaled(self, factor: float) -> RelativeCost:
-        return RelativeCost(self.per_node * factor, self.overhead * factor)
+        return RelativeCost(self.per_node * factor, self.overhead * factor, tuple(e * factor for e in self.extra))
 
 
 class PassCostModel:
-    """Running estimate of t(n) (module docstring). One per drafter process: it describes the
+    """Running estimate of t(n, L) (module docstring). One per drafter process: it describes the
     verifier's hardware, not a session."""
 
     def __init__(
@@ -57,55 +87,77 @@ class PassCostModel:
         plain: float = PRIOR_PLAIN,
         fixed: float = PRIOR_FIXED,
         per_node: float = PRIOR_PER_NODE,
+        per_context: float = PRIOR_PER_CONTEXT,
         decay: float = 0.99,
         prior_weight: float = 10.0,
     ) -> None:
         if not 0.0 < decay <= 1.0:
             raise ValueError(f"decay must be in (0, 1], got {decay}")
         self.decay = decay
-        self._prior_plain = (prior_weight, prior_weight * plain)
-        self._plain = (0.0, 0.0)  # decayed [weight, weighted seconds] of observed plain passes
-        # Weighted sums for the line through rounds with drafts: w, w n, w t, w n^2, w n t.
-        self._prior_line = [0.0] * 5
-        for n in (1, 16):
-            _add_point(self._prior_line, n, fixed + per_node * n, prior_weight)
-        self._line = [0.0] * 5
+        # Weighted sums x x^T and x t over x = [1, drafted, n, L / CONTEXT_UNIT].
+        self._prior_xx, self._prior_xt = np.zeros((4, 4)), np.zeros(4)
+        for extra_context in (0, CONTEXT_UNIT):
+            for n in (0, 1, 16):
+                seconds = (plain if n == 0 else fixed + per_node * n) + per_context * extra_context
+                x = _regressors(n, PRIOR_CONTEXT + extra_context)
+                self._prior_xx += prior_weight / 2 * np.outer(x, x)
+                self._prior_xt += prior_weight / 2 * seconds * x
+        self._xx, self._xt = np.zeros((4, 4)), np.zeros(4)
+        self._fit = np.linalg.solve(self._prior_xx, self._prior_xt)
+        # Per node count: decayed [weight, weighted residual seconds] of the rounds of that size.
+        self._residuals: dict[int, tuple[float, float]] = {}
         self.observations = 0
 
-    def observe(self, nodes: int, seconds: float) -> None:
-        """One round's pass: `nodes` drafted nodes verified in `seconds`."""
+    def observe(self, nodes: int, seconds: float, context: int = PRIOR_CONTEXT) -> None:
+        """One round's pass: `nodes` drafted nodes verified in `seconds` after `context` tokens."""
         if nodes < 0 or not seconds > 0:
             return
         self.observations += 1
-        expected = self.seconds(nodes)
-        seconds = min(max(seconds, expected / 2), expected * 2)
-        if nodes == 0:
-            self._plain = (self._plain[0] * self.decay + 1.0, self._plain[1] * self.decay + seconds)
-        else:
-            self._line = [v * self.decay for v in self._line]
-            _add_point(self._line, nodes, seconds, 1.0)
-
-    @property
-    def plain(self) -> float:
-        return (self._prior_plain[1] + self._plain[1]) / (self._prior_plain[0] + self._plain[0])
+        line = self.line_seconds(nodes, context)
+        x = _regressors(nodes, context)
+        self._xx = self.decay * self._xx + np.outer(x, x)
+        self._xt = self.decay * self._xt + min(max(seconds, line / 2), line * 2) * x
+        self._fit = np.linalg.solve(self._prior_xx + self._xx, self._prior_xt + self._xt)
+        self._residuals = {n: (w * self.decay, r * self.decay) for n, (w, r) in self._residuals.items()}
+        if nodes > 0:
+            weight, total = self._residuals.get(nodes, (0.0, 0.0))
+            bound = RESIDUAL_CLIP * line
+            residual = min(max(seconds - self.line_seconds(nodes, context), -bound), bound)
+            self._residuals[nodes] = (weight + 1.0, total + residual)
 
     def line(self) -> tuple[float, float]:
-        """(t_fixed, t_node), the least-squares line through the rounds with drafts (t_node >= 0)."""
-        w, sn, st, snn, snt = (a + b for a, b in zip(self._prior_line, self._line))
-        variance = snn * w - sn * sn
-        slope = max(0.0, (snt * w - sn * st) / variance) if variance > 1e-12 else 0.0
-        return (st - slope * sn) / w, slope
+        """(t_fixed, t_node) at the prior context: the line through rounds with drafts, t_node >= 0."""
+        plain, jump, per_node, per_context = self._fit
+        return plain + jump + per_context * PRIOR_CONTEXT / CONTEXT_UNIT, max(0.0, per_node)
 
-    def seconds(self, nodes: int) -> float:
-        fixed, per_node = self.line()
-        return self.plain if nodes == 0 else fixed + per_node * nodes
+    def plain(self, context: int = PRIOR_CONTEXT) -> float:
+        """t(0, L): a plain decoding step's seconds after `context` tokens."""
+        plain, _, _, per_context = self._fit
+        return max(1e-4, plain + max(0.0, per_context) * context / CONTEXT_UNIT)
 
-    def relative(self) -> RelativeCost:
-        fixed, per_node = self.line()
-        plain = self.plain
-        return RelativeCost(per_node=per_node / plain, overhead=max(0.0, (fixed - plain) / plain))
+    def line_seconds(self, nodes: int, context: int = PRIOR_CONTEXT) -> float:
+        """t(n, L) without the step structure r(n)."""
+        if nodes == 0:
+            return self.plain(context)
+        _, jump, per_node, _ = self._fit
+        return self.plain(context) + max(0.0, jump) + max(0.0, per_node) * nodes
+
+    def residual(self, nodes: int) -> float:
+        """r(n): how much a round of n nodes costs beyond the line (module docstring)."""
+        weight, total = self._residuals.get(nodes, (0.0, 0.0))
+        return total / (weight + RESIDUAL_PRIOR_WEIGHT)
+
+    def seconds(self, nodes: int, context: int = PRIOR_CONTEXT) -> float:
+        """t(n, L)."""
+        return self.line_seconds(nodes, context) + (self.residual(nodes) if nodes else 0.0)
+
+    def relative(self, context: int = PRIOR_CONTEXT) -> RelativeCost:
+        """A round's cost in plain passes at this context (module docstring)."""
+        _, jump, per_node, _ = self._fit
+        plain = self.plain(context)
+        extra = tuple(self.residual(n) / plain for n in range(1, max(self._residuals, default=0) + 1))
+        return RelativeCost(per_node=max(0.0, per_node) / plain, overhead=max(0.0, jump) / plain, extra=extra)
 
 
-def _add_point(sums: list[float], n: int, seconds: float, weight: float) -> None:
-    for i, value in enumerate((1.0, n, seconds, n * n, n * seconds)):
-        sums[i] += weight * value
+def _regressors(nodes: int, context: int) -> np.ndarray:
+    return np.array([1.0, float(nodes > 0), float(nodes), context / CONTEXT_UNIT])

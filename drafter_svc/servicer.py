@@ -13,6 +13,7 @@ import grpc
 from drafter_svc.draft_policy import PolicyState
 from drafter_svc.drafter import DrafterModels
 from drafter_svc.generation import generate
+from drafter_svc.pass_cost import PRIOR_CONTEXT
 from drafter_svc.protocol import Defaults, VerifierLimits, request_from_proto
 from drafter_svc.resumable_session import ResumePolicy, ResumingVerifier
 from drafter_svc.verifier_pool import VerifierPool
@@ -80,8 +81,9 @@ class DrafterServicer(drafter_pb2_grpc.DrafterServicer):
         costs = self.policies.costs
         fixed, per_node = costs.line()
         log.debug(
-            "pass costs after %d rounds: plain %.1f ms, with n drafts %.1f + %.2f n ms; predictor weights %s",
-            costs.observations, 1000 * costs.plain, 1000 * fixed, 1000 * per_node,
+            "pass costs after %d rounds: plain %.1f ms, with n drafts %.1f + %.2f n ms (at %d cached tokens);"
+            " predictor weights %s",
+            costs.observations, 1000 * costs.plain(), 1000 * fixed, 1000 * per_node, PRIOR_CONTEXT,
             {f"{name}{'' if greedy else ' (sampled)'}": [round(float(w), 2) for w in p.weights]
              for (name, greedy), p in self.policies.predictors.items()},
         )

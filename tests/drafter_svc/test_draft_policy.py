@@ -102,6 +102,26 @@ def test_leviathan_session_policy_uses_the_session_rate_and_the_cost_model() -> 
         assert policy.depth(CHAIN, 8, 8) == leviathan_depth(alpha, 8, state.costs.relative())
 
 
+@pytest.mark.parametrize("name", ["auto", "leviathan"])
+def test_a_long_context_session_stops_at_the_step_between_pass_sizes(name: str) -> None:
+    """Passes after 1,500 cached tokens shaped like this CPU's (pass_cost.py: 4 drafted nodes cost
+    about what 1 does, 5 cost 20 ms more): the verdicts of a session at that context teach the
+    step, and at acceptance 0.7 the session drafts 4 tokens, the brute-force optimum on the true
+    costs, not the 8 that a line through the same rounds would pay for."""
+
+    def stepped(n: int) -> float:
+        return 0.0875 + (0.0 if n == 0 else 0.028 + 0.001 * n + 0.020 * (n >= 5))
+
+    state, rng = PolicyState(), np.random.default_rng(0)
+    policy = SessionPolicy(name, "onnx-quantized", state, prompt_tokens=1500)
+    for _ in range(300):
+        sent = Draft.point_masses(range(100, 100 + int(rng.integers(0, 9))))
+        policy.observe(sent, [], stepped(len(sent)) * rng.uniform(0.95, 1.05), 0, first_round=False, had_draft=False)
+    policy.session.alpha = 0.7
+    true_rates = [expected_tokens(0.7, d) / (stepped(d) / stepped(0)) for d in range(9)]
+    assert policy.depth(CHAIN, 8, 8) == int(np.argmax(true_rates)) == 4
+
+
 def test_threshold_rule_includes_the_token_that_crosses() -> None:
     assert threshold_depth([0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9], 0.5) == 7  # 1 - 0.9^7 = 0.52
     assert threshold_depth([0.2] * 8, 0.5) == 1
@@ -322,13 +342,13 @@ def test_a_model_drafter_drafts_leviathans_optimal_k_with_its_step_cost(name: st
     expected tokens / cost, the cost of K drafted tokens being the pass over K nodes plus K c
     (Leviathan et al., section 3.2: (1 - a^(K+1)) / ((1 - a)(K c + 1)) when the pass is flat)."""
     state = PolicyState()
-    cost = state.costs.relative()
+    cost = state.costs.relative(context=0)  # the sessions below have no prompt: an empty cache
     for alpha in np.linspace(0.1, 0.95, 18):
         for c in (0.0, 0.05, 0.2, 0.4, 1.0):
             policy = SessionPolicy(name, "onnx-quantized", state)
             policy.session.alpha = alpha
             rates = [expected_tokens(alpha, k) / (cost.of(k) + c * k) for k in range(7)]
-            drafted = draft_until_stopped(policy, 6, c * state.costs.plain)
+            drafted = draft_until_stopped(policy, 6, c * state.costs.plain(context=0))
             assert rates[drafted] == pytest.approx(max(rates), rel=1e-9), (alpha, c, drafted, rates)
 
 
@@ -336,12 +356,12 @@ def test_costly_steps_and_poor_acceptance_draft_nothing_and_cheap_ones_draft_dee
     state = PolicyState()
     policy = SessionPolicy("auto", "onnx-quantized", state)
     policy.session.alpha = 0.5
-    assert draft_until_stopped(policy, 6, 0.4 * state.costs.plain) == 0  # ~20 ms steps, long contexts
+    assert draft_until_stopped(policy, 6, 0.4 * state.costs.plain()) == 0  # ~20 ms steps, long contexts
     assert draft_until_stopped(policy, 6, 0.0) >= 2
     policy.session.alpha = 0.95
-    assert draft_until_stopped(policy, 6, 0.1 * state.costs.plain) == 6
+    assert draft_until_stopped(policy, 6, 0.1 * state.costs.plain()) == 6
     # After the drafted steps are paid for, the depth sent still counts them: all of a good chain.
-    assert policy.depth(_chain(list(range(6)), 1.0), 6, 6, 0.1 * state.costs.plain) == 6
+    assert policy.depth(_chain(list(range(6)), 1.0), 6, 6, 0.1 * state.costs.plain()) == 6
 
 
 def test_auto_stops_drafting_after_a_token_it_predicts_will_be_rejected() -> None:
@@ -354,7 +374,7 @@ def test_auto_stops_drafting_after_a_token_it_predicts_will_be_rejected() -> Non
     for _ in range(800):  # in random order, so the session's rate says nothing of the next token
         sent, label = (sure, 1.0) if rng.random() < 0.5 else (unsure, 0.0)
         policy.observe(sent, [label], seconds(1), 0, first_round=False, had_draft=True)
-    step = 0.15 * state.costs.plain
+    step = 0.15 * state.costs.plain()
     assert draft_until_stopped(policy, 6, step, q=0.98) >= 3  # predicted ~0.8 each
     assert draft_until_stopped(policy, 6, step, q=0.2) <= 1  # predicted ~0.15
 
@@ -378,7 +398,7 @@ def test_a_sampled_session_drafts_on_past_a_rare_draw_and_a_greedy_one_stops() -
         policy = SessionPolicy("auto", "onnx-quantized", state, greedy=greedy)
         policy.session.alpha = 0.9
         qs, n = [0.98, 0.3, 0.98, 0.98, 0.98, 0.98], 0
-        while policy.keep_drafting(chain(qs[:n]), 6, 6, 0.15 * state.costs.plain):
+        while policy.keep_drafting(chain(qs[:n]), 6, 6, 0.15 * state.costs.plain()):
             n += 1
         drafted[greedy] = n
     assert drafted[True] == 2 and drafted[False] >= 4, drafted
@@ -396,13 +416,13 @@ def test_a_first_step_that_must_read_the_prompt_is_priced_over_the_rounds_left(n
     """A drafter that has not read the prompt reads it in its first step: seconds that one round
     cannot pay back, not even as a probe, but that every later model round of the session
     shares. With enough tokens left the read pays; with a few, it does not."""
-    read = 20 * PolicyState().costs.plain
+    read = 20 * PolicyState().costs.plain()
     for max_new_tokens, emitted, pays in ((0, 0, False), (512, 1, True), (512, 500, False)):
         state = PolicyState()
         policy = SessionPolicy(name, "onnx-quantized", state, max_new_tokens=max_new_tokens)
         policy.observe(Draft.point_masses([]), [], 0.1, 0, first_round=True, had_draft=False, emitted=emitted)
         policy.session.alpha = 0.9
-        step = 0.3 * state.costs.plain
+        step = 0.3 * state.costs.plain()
         assert policy.keep_drafting(_chain([], 1.0), 6, 6, step, catch_up_seconds=0.0)
         assert policy.keep_drafting(_chain([], 1.0), 6, 6, step, catch_up_seconds=read, reads_prompt=True) == pays
         assert not policy.keep_drafting(_chain([], 1.0), 6, 6, step, catch_up_seconds=read)  # tokens emitted since: this round's
@@ -443,7 +463,7 @@ def test_a_session_whose_model_drafts_stopped_paying_drafts_a_probe() -> None:
     state = PolicyState()
     policy = SessionPolicy("auto", "onnx-quantized", state)
     policy.session.alpha = state.drafter_acceptance("onnx-quantized").alpha = 0.05
-    step = 0.4 * state.costs.plain
+    step = 0.4 * state.costs.plain()
     drafted = []
     for _ in range(PROBE_AFTER + 1):
         depth = draft_until_stopped(policy, 6, step)
@@ -490,7 +510,7 @@ def test_a_hybrid_session_sends_copies_once_unsent_ones_prove_right_and_stops_wh
     state = PolicyState()
     policy = SessionPolicy("auto", "hybrid", state)
     policy.session.alpha, policy.copy_session.alpha = 0.6, 0.05
-    step = 0.3 * state.costs.plain
+    step = 0.3 * state.costs.plain()
     assert not policy.send_copy(COPY_DRAFT, 6, 6, step)
     rounds = 0
     while not policy.send_copy(COPY_DRAFT, 6, 6, step):
@@ -538,9 +558,9 @@ def test_a_copy_is_weighed_against_the_models_chain_with_its_steps_and_against_p
     policy = SessionPolicy("auto", "hybrid", state)
     policy.copy_session.alpha, policy.session.alpha = 0.8, 0.9
     assert not policy.send_copy(COPY_DRAFT, 6, 6, 0.0)  # model steps for free: its better chain wins
-    assert policy.send_copy(COPY_DRAFT, 6, 6, 0.3 * state.costs.plain)  # ~20 ms steps: the free copy wins
+    assert policy.send_copy(COPY_DRAFT, 6, 6, 0.3 * state.costs.plain())  # ~20 ms steps: the free copy wins
     assert not policy.send_copy(COPY_DRAFT, 6, 6, 0.0, catch_up_seconds=0.0) and policy.send_copy(
-        COPY_DRAFT, 6, 6, 0.0, catch_up_seconds=2 * state.costs.plain
+        COPY_DRAFT, 6, 6, 0.0, catch_up_seconds=2 * state.costs.plain()
     )  # a model that must first read many emitted tokens
     assert policy.send_copy(COPY_DRAFT, 6, 6, None)  # the model is reading the prompt: against plain decoding
     policy.copy_session.alpha = 0.02
@@ -559,7 +579,7 @@ def test_the_first_round_prices_model_steps_against_the_pass_that_reads_the_prom
     """A step that costs most of a plain pass does not pay in a plain round, but the first round's
     pass reads a long prompt: there the same steps add little to the round's time."""
     state = PolicyState()
-    step = 0.8 * state.costs.plain
+    step = 0.8 * state.costs.plain()
     policy = SessionPolicy("auto", "onnx-quantized", state, prompt_tokens=1000)
     policy.session.alpha = 0.8
     assert draft_until_stopped(policy, 6, step) >= 4
