@@ -57,7 +57,8 @@ once c >= 1 no draft can pay (a node emits at most one token, for more than a pl
 cost): the session sends empty rounds, plain decoding through the same path, and does not even
 draft (`may_draft`); nor does it probe. A pass that held one round (a prompt's prefill runs
 alone) gives S but not the per-round cost, which then comes from the latest pass of several
-rounds that any session of the process saw. A lone session (S = 1) is priced by pass_cost.py.
+rounds that any session of the process saw. A lone session (S = 1) is priced by pass_cost.py at its
+context (its prompt and the tokens emitted so far: a long cache makes every pass dearer).
 `specdec++` has no costs; it divides its threshold by 1 + load_weight x the rounds queued
 ahead, as do the pricing policies against a verifier that does not report its passes.
 
@@ -251,7 +252,7 @@ class SessionPolicy:
         if self.prefill_round():
             # The first pass scores the prompt as well (the prefill): drafted nodes add t_node
             # each to a pass of prefill_seconds(), and no fixed jump.
-            return RelativeCost(self.state.costs.line()[1] / self.prefill_seconds(), 0.0)
+            return RelativeCost(self.state.costs.node_seconds() / self.prefill_seconds(), 0.0)
         if price is not None and price.batched:
             return price.relative()
         if price is not None and price.rounds >= 1:  # a lone pass: nothing queued behind it
@@ -269,7 +270,7 @@ class SessionPolicy:
 
     def prefill_seconds(self) -> float:
         """The first pass without drafts: t_plain + t_node (prompt - 1) seconds."""
-        return self.state.costs.plain(1) + self.state.costs.line()[1] * (self.prompt_tokens - 1)
+        return self.state.costs.plain(1) + self.state.costs.node_seconds() * (self.prompt_tokens - 1)
 
     def read_share(self, max_depth: int) -> float:
         """The share of a model drafter's one-time read of the prompt that the next round pays:

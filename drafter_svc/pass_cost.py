@@ -52,17 +52,19 @@ import numpy as np
 PRIOR_PLAIN = 0.057
 PRIOR_FIXED = 0.068
 PRIOR_PER_NODE = 0.0019
-PRIOR_PER_CONTEXT = 1.5e-5
+PRIOR_PER_CONTEXT = 3e-6
+PRIOR_PER_NODE_CONTEXT = 1e-6
 PRIOR_CONTEXT = 300
 CONTEXT_UNIT = 1000.0  # the context regressor's unit, keeping the normal equations well conditioned
 RESIDUAL_PRIOR_WEIGHT = 1.0  # pseudo-rounds of residual 0 behind each size's r(n)
 RESIDUAL_CLIP = 0.25  # a round's residual enters r(n) clipped to +-this share of the line's seconds
+LINE_CLIP = 1.5  # a round enters the line clipped to [1 / this, this] times the line
 
 
 @dataclass(frozen=True)
 class RelativeCost:
     """A round's cost in plain target passes: 1 for no drafts, else 1 + overhead + per_node * n
-    + extra[n - 1] (no extra past the table's end)."""
+    + extra[n - 1] (no extra past the table's end), at least 1."""
 
     per_node: float  # c
     overhead: float  # c0
@@ -88,21 +90,22 @@ class PassCostModel:
         fixed: float = PRIOR_FIXED,
         per_node: float = PRIOR_PER_NODE,
         per_context: float = PRIOR_PER_CONTEXT,
+        per_node_context: float = PRIOR_PER_NODE_CONTEXT,
         decay: float = 0.99,
-        prior_weight: float = 10.0,
+        prior_weight: float = 4.0,
     ) -> None:
         if not 0.0 < decay <= 1.0:
             raise ValueError(f"decay must be in (0, 1], got {decay}")
         self.decay = decay
-        # Weighted sums x x^T and x t over x = [1, drafted, n, L / CONTEXT_UNIT].
-        self._prior_xx, self._prior_xt = np.zeros((4, 4)), np.zeros(4)
+        # Weighted sums x x^T and x t over x = [1, drafted, n, L, n L] (L in CONTEXT_UNITs).
+        self._prior_xx, self._prior_xt = np.zeros((5, 5)), np.zeros(5)
         for extra_context in (0, CONTEXT_UNIT):
             for n in (0, 1, 16):
-                seconds = (plain if n == 0 else fixed + per_node * n) + per_context * extra_context
+                seconds = (plain if n == 0 else fixed + per_node * n) + (per_context + per_node_context * n) * extra_context
                 x = _regressors(n, PRIOR_CONTEXT + extra_context)
                 self._prior_xx += prior_weight / 2 * np.outer(x, x)
                 self._prior_xt += prior_weight / 2 * seconds * x
-        self._xx, self._xt = np.zeros((4, 4)), np.zeros(4)
+        self._xx, self._xt = np.zeros((5, 5)), np.zeros(5)
         self._fit = np.linalg.solve(self._prior_xx, self._prior_xt)
         # Per node count: decayed [weight, weighted residual seconds] of the rounds of that size.
         self._residuals: dict[int, tuple[float, float]] = {}
@@ -116,7 +119,7 @@ class PassCostModel:
         line = self.line_seconds(nodes, context)
         x = _regressors(nodes, context)
         self._xx = self.decay * self._xx + np.outer(x, x)
-        self._xt = self.decay * self._xt + min(max(seconds, line / 2), line * 2) * x
+        self._xt = self.decay * self._xt + min(max(seconds, line / LINE_CLIP), line * LINE_CLIP) * x
         self._fit = np.linalg.solve(self._prior_xx + self._xx, self._prior_xt + self._xt)
         self._residuals = {n: (w * self.decay, r * self.decay) for n, (w, r) in self._residuals.items()}
         if nodes > 0:
@@ -125,22 +128,26 @@ class PassCostModel:
             residual = min(max(seconds - self.line_seconds(nodes, context), -bound), bound)
             self._residuals[nodes] = (weight + 1.0, total + residual)
 
-    def line(self) -> tuple[float, float]:
-        """(t_fixed, t_node) at the prior context: the line through rounds with drafts, t_node >= 0."""
-        plain, jump, per_node, per_context = self._fit
-        return plain + jump + per_context * PRIOR_CONTEXT / CONTEXT_UNIT, max(0.0, per_node)
+    def line(self, context: int = PRIOR_CONTEXT) -> tuple[float, float]:
+        """(t_fixed, t_node) after `context` tokens: the line through rounds with drafts."""
+        return self.plain(context) + max(0.0, self._fit[1]), self.node_seconds(context)
 
     def plain(self, context: int = PRIOR_CONTEXT) -> float:
         """t(0, L): a plain decoding step's seconds after `context` tokens."""
-        plain, _, _, per_context = self._fit
-        return max(1e-4, plain + max(0.0, per_context) * context / CONTEXT_UNIT)
+        plain, _, _, per_context, _ = self._fit
+        return max(1e-4, plain + per_context * context / CONTEXT_UNIT)
+
+    def node_seconds(self, context: int = PRIOR_CONTEXT) -> float:
+        """t_node + h L: one more drafted node's seconds after `context` tokens (>= 0)."""
+        _, _, per_node, _, per_node_context = self._fit
+        return max(0.0, per_node + per_node_context * context / CONTEXT_UNIT)
 
     def line_seconds(self, nodes: int, context: int = PRIOR_CONTEXT) -> float:
         """t(n, L) without the step structure r(n)."""
         if nodes == 0:
             return self.plain(context)
-        _, jump, per_node, _ = self._fit
-        return self.plain(context) + max(0.0, jump) + max(0.0, per_node) * nodes
+        fixed, per_node = self.line(context)
+        return fixed + per_node * nodes
 
     def residual(self, nodes: int) -> float:
         """r(n): how much a round of n nodes costs beyond the line (module docstring)."""
@@ -153,11 +160,10 @@ class PassCostModel:
 
     def relative(self, context: int = PRIOR_CONTEXT) -> RelativeCost:
         """A round's cost in plain passes at this context (module docstring)."""
-        _, jump, per_node, _ = self._fit
         plain = self.plain(context)
         extra = tuple(self.residual(n) / plain for n in range(1, max(self._residuals, default=0) + 1))
-        return RelativeCost(per_node=max(0.0, per_node) / plain, overhead=max(0.0, jump) / plain, extra=extra)
+        return RelativeCost(self.node_seconds(context) / plain, max(0.0, self._fit[1]) / plain, extra)
 
 
 def _regressors(nodes: int, context: int) -> np.ndarray:
-    return np.array([1.0, float(nodes > 0), float(nodes), context / CONTEXT_UNIT])
+    return np.array([1.0, float(nodes > 0), float(nodes), context / CONTEXT_UNIT, nodes * context / CONTEXT_UNIT])

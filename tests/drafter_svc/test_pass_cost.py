@@ -46,8 +46,9 @@ def test_relative_cost_in_plain_passes() -> None:
 
 def _stepped(n: int, context: int) -> float:
     """Seconds of a pass shaped like this CPU's (pass_cost's table): a jump from plain to any
-    draft, 1 ms a node, a 20 ms step from 5 nodes on, and 15 us per cached token."""
-    return 0.065 + 1.5e-5 * context + (0.0 if n == 0 else 0.028 + 0.001 * n + 0.020 * (n >= 5))
+    draft, 1 ms a node, a 20 ms step from 5 nodes on, 15 us per cached token and 2 us more per
+    cached token and node (each node's attention reads the cache)."""
+    return 0.065 + 1.5e-5 * context + (0.0 if n == 0 else 0.028 + (0.001 + 2e-6 * context) * n + 0.020 * (n >= 5))
 
 
 def test_learns_the_step_between_pass_sizes_that_a_line_misses() -> None:
@@ -72,12 +73,14 @@ def test_prices_a_long_context_against_its_own_plain_pass() -> None:
     rng = np.random.default_rng(2)
     model = PassCostModel()
     for _ in range(400):
-        n, context = int(rng.choice([0, 2, 4])), int(rng.choice([200, 1500]))
+        n, context = int(rng.choice([0, 2, 4, 8])), int(rng.choice([200, 1500]))
         model.observe(n, _stepped(n, context) * rng.uniform(0.95, 1.05), context=context)
     assert model.plain(200) == pytest.approx(_stepped(0, 200), rel=0.08)  # the prior says 57 ms
     assert model.plain(1500) - model.plain(200) == pytest.approx(_stepped(0, 1500) - _stepped(0, 200), rel=0.15)
     for context in (200, 1500):
         assert model.seconds(4, context) == pytest.approx(_stepped(4, context), rel=0.03)
+        assert model.seconds(8, context) == pytest.approx(_stepped(8, context), rel=0.03)
+    assert model.node_seconds(1500) - model.node_seconds(200) == pytest.approx(2e-6 * 1300, rel=0.3)
     # The cache's share is paid by plain passes too, so drafts cost relatively less at 1,500 tokens.
     true_gap = _stepped(4, 200) / _stepped(0, 200) - _stepped(4, 1500) / _stepped(0, 1500)
     assert model.relative(200).of(4) - model.relative(1500).of(4) == pytest.approx(true_gap, abs=0.05)
