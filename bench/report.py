@@ -11,7 +11,10 @@ A policy is compared with the best fixed length of its row by the median over pr
 tokens/s ratio on the same prompt, with a bootstrap 90% interval of that median (`paired_ratio`):
 "matches" means the interval reaches 1. The best fixed length being the best of several after the
 fact, the comparison leans against the policy; beside it, the same ratio against a fixed length
-chosen on the other half of the row's prompts (`held_out_ratio`), which does not.
+chosen on the other half of the row's prompts (`held_out_ratio`), which does not. A third
+comparison, `decode_ratio`, leaves the prefill out (tokens and seconds after the first token,
+summed over the row): at T > 0 each system samples its own text, and a 3-token answer's tokens/s
+is mostly the prompt's prefill, which no draft policy changes.
 """
 
 from __future__ import annotations
@@ -261,6 +264,55 @@ def _median_with_interval(ratios: Sequence[float], resamples: int, seed: int) ->
     return statistics.median(ratios), medians[int(0.05 * resamples)], medians[int(0.95 * resamples) - 1]
 
 
+def decode_ratio(
+    records: Sequence[Record], row: str, system: str, reference: str, resamples: int = 2000, seed: int = 0,
+) -> tuple[float, float, float] | None:
+    """The decode rate of `system` over `reference`'s on the prompts both ran: tokens after the first
+    over seconds after the first, each summed over the row's prompts, with the 5th and 95th
+    percentiles of that ratio over seeded bootstrap resamples of the prompts. The phase a draft
+    policy controls: the prefill is the same work for every system, and at T > 0 each system
+    samples its own text, so a short answer's tokens/s (paired_ratio) is mostly its prefill."""
+    ours, theirs = _decode_phases(records, row, system), _decode_phases(records, row, reference)
+    shared = [q for q in ours if q in theirs]
+    if not shared:
+        return None
+
+    def ratio(questions: Sequence[int]) -> float:
+        def rate(phases: dict[int, tuple[int, float]]) -> float:
+            return sum(phases[q][0] for q in questions) / max(sum(phases[q][1] for q in questions), 1e-9)
+
+        return rate(ours) / max(rate(theirs), 1e-9)
+
+    rng = random.Random(seed)
+    ratios = sorted(ratio(rng.choices(shared, k=len(shared))) for _ in range(resamples))
+    return ratio(shared), ratios[int(0.05 * resamples)], ratios[int(0.95 * resamples) - 1]
+
+
+def _decode_phases(records: Sequence[Record], row: str, system: str) -> dict[int, tuple[int, float]]:
+    """(tokens after the first, seconds after the first) of `system` per question of the row."""
+    return {
+        r.question_id: (r.new_tokens - 1, r.wall_seconds - r.time_to_first_token_seconds) for r in records
+        if r.system == system and r.error is None and (row == OVERALL or r.row == row) and r.new_tokens
+        and r.wall_seconds and r.time_to_first_token_seconds is not None
+    }
+
+
+def decode_table(summaries: Sequence[Summary], fixed: Sequence[str], others: Sequence[str], records: Sequence[Record]) -> str:
+    """Per row: each of `others` against the best fixed length after the fact (policy_table's),
+    by decode_ratio."""
+    by = {(s.row, s.system): s for s in summaries}
+    rows = list(dict.fromkeys(s.row for s in summaries))
+    lines = ["| task | " + " | ".join(others) + " |", "|" + "---|" * (1 + len(others))]
+    for row in rows:
+        best = _best_fixed(by, row, fixed)
+        cells = []
+        for o in others:
+            ratio = decode_ratio(records, row, o, best.system) if best is not None else None
+            cells.append(f"{ratio[0]:.2f} ({ratio[1]:.2f}-{ratio[2]:.2f})" if ratio else "-")
+        lines.append(f"| {f'**{row}**' if row == OVERALL else row} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def policy_table(summaries: Sequence[Summary], fixed: Sequence[str], others: Sequence[str], records: Sequence[Record] = ()) -> str:
     """Per row: the best of the `fixed` systems by speedup, chosen after the fact (the strongest
     fixed-length baseline), next to each of `others` (policies, overlap), as speedup and
@@ -286,9 +338,14 @@ def policy_table(summaries: Sequence[Summary], fixed: Sequence[str], others: Seq
         return text
 
     for row in rows:
-        candidates = [by[(row, f)] for f in fixed if (row, f) in by and by[(row, f)].speedup is not None]
-        best = max(candidates, key=lambda s: s.speedup or 0.0, default=None)
+        best = _best_fixed(by, row, fixed)
         task = f"**{row}**" if row == OVERALL else row
         best_cell = f"{best.system}: {cell(best)}" if best else "-"
         lines.append(f"| {task} | {best_cell} | " + " | ".join(cell(by.get((row, o)), best) for o in others) + " |")
     return "\n".join(lines)
+
+
+def _best_fixed(by: dict[tuple[str, str], Summary], row: str, fixed: Sequence[str]) -> Summary | None:
+    """The row's fixed-length system of the highest speedup (chosen after the fact)."""
+    candidates = [by[(row, f)] for f in fixed if (row, f) in by and by[(row, f)].speedup is not None]
+    return max(candidates, key=lambda s: s.speedup or 0.0, default=None)

@@ -3,39 +3,42 @@ session's context, estimated online from the verify_seconds the verifier returns
 verdict.
 
 Leviathan et al. (2023), section 3.2, price a round of K drafts at (K c + 1) target passes, c being
-the cost of one draft-model step relative to one target pass. Our drafters cost nothing; what grows
-with K is the target pass itself: on a CPU a pass over more tokens takes longer, and not steadily.
-SmolLM2-135M on this project's 2 cores, lone passes after a cache of 200 and of 1,500 tokens
-(tokens = the pending token + drafted nodes; the verifier pads short passes to a faster size,
-verifier_svc/pass_sizes.py):
+the cost of one draft-model step relative to one target pass. Our drafters cost little or
+nothing; what grows with K is the target pass itself, and on a CPU not steadily. SmolLM2-135M on
+this project's 2 cores, lone unpadded passes (tokens = the pending token + drafted nodes), median
+of 9, after a cache of 128, 800 and 1,500 tokens:
 
-    tokens          1     2     5     6     9    10
-    200 cached     65    94    98   111   109   114   ms
-    1,500 cached   85   117   114   137   130   131   ms
+    tokens       1     2     3     4     5     6     7     8     9    12
+    128 cached  59    92   112    89    76    77   100    77    83    83   ms
+    800         61    93   114    85    77    84   104    83    90    91
+    1,500       62    98   119    91    82    92   109    91    95   100
 
-Three things a line through n would miss: the jump from a plain pass to any pass with drafts, the
-step between 5 and 6 tokens (4 drafted nodes cost about what 1 does; 5 cost 15-20 ms more), and
-the cache's share, which every pass pays alike. The model, in seconds, for a round of n drafted
-nodes after a context of L tokens:
+The verifier pads each pass to the fastest size at or above it that it timed at start
+(verifier_svc/pass_sizes.py; in one benchmark's verifier [1, 5, 5, 5, 5, 8, 8, 8, 9, 12, ...]),
+so what a round of n nodes costs is a staircase: there, 1-4 nodes ran as 5 tokens (72 ms), 5-7
+as 8 (83 ms). A line through n misses the steps, and the jump from a plain pass to any pass with
+drafts. The cache's share grows with the tokens of the pass (each one's attention reads the
+cache): 3 ms from 128 to 1,500 cached for a plain pass, 17 ms for 12 tokens. The model, in
+seconds, for a round of n drafted nodes after a context of L tokens:
 
-    t(0, L) = t_plain + g L                               (one plain decoding step)
-    t(n, L) = t_plain + g L + t_jump + t_node n + r(n),   n >= 1
+    t(0, L) = t_plain + g L                                          (one plain decoding step)
+    t(n, L) = t_plain + g L + t_jump + (t_node + h L) n + r(n),      n >= 1
 
-t_plain, g, t_jump and t_node are fitted jointly by exponentially weighted least squares (recent
-rounds count more; prior pseudo-rounds from the figures above, which never decay, keep the fit
-defined when recent rounds all have one size and one context); r(n), the step structure, is the
-decayed mean of the rounds of n nodes' residuals from that line, shrunk towards 0 (the line) by
-RESIDUAL_PRIOR_WEIGHT pseudo-rounds, so a size seen only once or twice, or long ago, is priced by
-the line. A shared CPU makes single passes several times slower now and then, so each observation
-is clipped to [1/2, 2] times the line before it enters the line's fit, and each residual to
-RESIDUAL_CLIP times the line (the steps measured are 15-20% of a pass): a real, lasting change
-still moves the estimate within tens of rounds, a burst of contention does not make drafting look
-ruinous (after which a policy would stop drafting and never re-measure).
+t_plain, g, t_jump, t_node and h are fitted jointly by exponentially weighted least squares
+(recent rounds count more; prior pseudo-rounds from an earlier measurement, which never decay,
+keep the fit defined when recent rounds all have one size and one context); r(n), the steps, is
+the decayed mean of the rounds of n nodes' residuals from that line, shrunk towards 0 (the line)
+by RESIDUAL_PRIOR_WEIGHT pseudo-rounds, so a size seen rarely, or long ago, is priced by the line.
+A shared CPU makes single passes several times slower now and then, so each observation is
+clipped to [1/LINE_CLIP, LINE_CLIP] times the line before it enters the line's fit, and each
+residual to RESIDUAL_CLIP times the line (the steps are 10-20% of a pass): a real, lasting
+change moves the estimate within tens of rounds (a 2x slower machine: 20-30), a burst of
+contention does not make drafting look ruinous.
 
 In Leviathan's units (one plain pass at the same context = 1) a round of n >= 1 nodes costs
-1 + c0 + c n + e(n): c = t_node / t(0, L), the per-node cost ratio, c0 = t_jump / t(0, L), the
-jump from a plain pass to any pass with drafts (c0 = 0 and e = 0 are Leviathan's own model), and
-e(n) = r(n) / t(0, L).
+1 + c0 + c n + e(n): c = (t_node + h L) / t(0, L), the per-node cost ratio, c0 = t_jump / t(0, L),
+the jump from a plain pass to any pass with drafts (c0 = 0 and e = 0 are Leviathan's own model),
+and e(n) = r(n) / t(0, L).
 
 Only rounds that did not queue behind other sessions' rounds are used (the verifier reports how
 many were ahead), and never a session's first round, which includes the prompt's prefill.
@@ -47,8 +50,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-# Prior figures (seconds), from the measurements quoted above: a plain pass and the line through
-# passes with drafts at a PRIOR_CONTEXT-token cache, and what each cached token adds to any pass.
+# Prior figures (seconds), from an earlier measurement on this CPU: a plain pass and the line
+# through passes with drafts at a PRIOR_CONTEXT-token cache; what each cached token adds to a plain
+# pass, and to each drafted node (from the table above).
 PRIOR_PLAIN = 0.057
 PRIOR_FIXED = 0.068
 PRIOR_PER_NODE = 0.0019

@@ -8,7 +8,7 @@ import statistics
 import pytest
 
 from bench.prompts import Prompt
-from bench.report import held_out_ratio, make_record, paired_ratio, policy_table, summarize
+from bench.report import decode_ratio, decode_table, held_out_ratio, make_record, paired_ratio, policy_table, summarize
 from bench.systems import Output
 
 
@@ -98,3 +98,31 @@ def test_the_held_out_best_is_chosen_on_the_other_half_of_the_prompts() -> None:
     assert held_out_ratio(records, "qa", "auto", ["k8"]) is None  # no such fixed length
     table = policy_table(summarize(records, ["qa"], ["k4", "k6", "auto"], greedy=False), ["k4", "k6"], ["auto"], records)
     assert f", {held_out[0]:.2f} of the held-out best (" in next(line for line in table.splitlines() if line.startswith("| qa"))
+
+
+def test_the_decode_rate_leaves_out_the_prefill_that_dominates_a_short_sampled_answer() -> None:
+    """Both systems decode at 20 ms a token after a 1.5 s prefill, but on half the prompts the
+    policy sampled an answer of 3 tokens: its tokens/s there is a fifth of the fixed length's,
+    its decode rate the same. A policy 1.25x faster per token after the first is 1.25 with no
+    spread, whatever its answers' lengths."""
+
+    def sampled(tokens: int, per_token: float) -> Output:
+        return Output(token_ids=list(range(tokens)), text="", finish_reason="eos", wall_seconds=1.5 + per_token * (tokens - 1),
+                      prompt_tokens=700, time_to_first_token_seconds=1.5)
+
+    baseline = sampled(128, 0.08)
+    records, faster = [], []
+    for q in range(8):
+        prompt = Prompt(q, "rag", "rag", "hi")
+        records += [make_record(prompt, "k4", 0, sampled(128, 0.02), baseline, greedy=False),
+                    make_record(prompt, "auto", 0, sampled(3 if q % 2 else 128, 0.02), baseline, greedy=False)]
+        faster += [make_record(prompt, "k4", 0, sampled(128, 0.02), baseline, greedy=False),
+                   make_record(prompt, "auto", 0, sampled(3 + 20 * q, 0.016), baseline, greedy=False)]
+    paired = paired_ratio(records, "rag", "auto", "k4")
+    assert paired is not None and paired[1] < 0.8  # the short answers' prefill
+    assert decode_ratio(records, "rag", "auto", "k4") == pytest.approx((1.0, 1.0, 1.0))
+    assert decode_ratio(faster, "rag", "auto", "k4") == pytest.approx((1.25, 1.25, 1.25))
+    assert decode_ratio(records, "rag", "auto", "k8") is None  # no such system
+    table = decode_table(summarize(faster, ["rag"], ["k4", "auto"], greedy=False), ["k4"], ["auto"], faster)
+    assert "| rag | 1.25 (1.25-1.25) |" in table.splitlines()
+
