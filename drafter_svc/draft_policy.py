@@ -189,6 +189,7 @@ class PolicyState:
         self.stop_threshold = stop_threshold
         self.load_weight = load_weight
         self.costs = PassCostModel()
+        self.costs_seeded = False
         # Keyed by (drafter, greedy): the labels of greedy verification are 1 when a token is
         # the target's argmax, a sampled session's are min(1, p/q) (p itself for a copy), so the
         # same draft has two acceptance rates (a copy of p = 0.6 is accepted whole, or 0.6 of the
@@ -200,6 +201,13 @@ class PolicyState:
         self.last_price: LoadPrice | None = None
         self.last_multi: LoadPrice | None = None  # the latest of those that held several rounds
         self.open_sessions = 0  # generations of this process under way (the servicer counts them)
+
+    def seed_costs(self, pass_seconds: Sequence[float], context_tokens: int) -> None:
+        """Start the pass cost model from a verifier's own timings (ModelInfo.pass_seconds), once,
+        before any round has taught it (pass_cost.py, PassCostModel.seed)."""
+        if not self.costs_seeded and self.costs.observations == 0 and pass_seconds:
+            self.costs.seed(pass_seconds, context_tokens)
+            self.costs_seeded = True
 
     def busy(self) -> bool:
         """Another generation of this process is under way, or the last pass any of its sessions

@@ -25,10 +25,13 @@ seconds, for a round of n drafted nodes after a context of L tokens:
     t(n, L) = t_plain + g L + t_jump + (t_node + h L) n + r(n),      n >= 1
 
 t_plain, g, t_jump, t_node and h are fitted jointly by exponentially weighted least squares
-(recent rounds count more; prior pseudo-rounds from an earlier measurement, which never decay,
-keep the fit defined when recent rounds all have one size and one context); r(n), the steps, is
-the decayed mean of the rounds of n nodes' residuals from that line, shrunk towards 0 (the line)
-by RESIDUAL_PRIOR_WEIGHT pseudo-rounds, so a size seen rarely, or long ago, is priced by the line.
+(recent rounds count more; prior pseudo-rounds, which never decay, keep the fit defined when
+recent rounds all have one size and one context); r(n), the steps, is the decayed mean of the
+rounds of n nodes' residuals from that line, shrunk by RESIDUAL_PRIOR_WEIGHT pseudo-rounds towards
+its prior, so a size seen rarely, or long ago, is priced by the prior. The prior: the verifier's
+own timings where it reports them (ModelInfo.pass_seconds, `seed`: its plain pass, and each
+size's residual from the line through them, the staircase), else figures measured on this CPU
+(a line, no steps).
 A shared CPU makes single passes several times slower now and then, so each observation is
 clipped to [1/LINE_CLIP, LINE_CLIP] times the line before it enters the line's fit, and each
 residual to RESIDUAL_CLIP times the line (the steps are 10-20% of a pass): a real, lasting
@@ -46,6 +49,7 @@ many were ahead), and never a session's first round, which includes the prompt's
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -101,19 +105,43 @@ class PassCostModel:
         if not 0.0 < decay <= 1.0:
             raise ValueError(f"decay must be in (0, 1], got {decay}")
         self.decay = decay
+        self.prior_weight = prior_weight
+        self._per_context = (per_context, per_node_context)
         # Weighted sums x x^T and x t over x = [1, drafted, n, L, n L] (L in CONTEXT_UNITs).
-        self._prior_xx, self._prior_xt = np.zeros((5, 5)), np.zeros(5)
-        for extra_context in (0, CONTEXT_UNIT):
-            for n in (0, 1, 16):
-                seconds = (plain if n == 0 else fixed + per_node * n) + (per_context + per_node_context * n) * extra_context
-                x = _regressors(n, PRIOR_CONTEXT + extra_context)
-                self._prior_xx += prior_weight / 2 * np.outer(x, x)
-                self._prior_xt += prior_weight / 2 * seconds * x
         self._xx, self._xt = np.zeros((5, 5)), np.zeros(5)
-        self._fit = np.linalg.solve(self._prior_xx, self._prior_xt)
+        line = {n: plain if n == 0 else fixed + per_node * n for n in (0, 1, 16)}
+        self._set_prior(line, PRIOR_CONTEXT)
         # Per node count: decayed [weight, weighted residual seconds] of the rounds of that size.
         self._residuals: dict[int, tuple[float, float]] = {}
         self.observations = 0
+
+    def _set_prior(self, seconds: dict[int, float], context: int) -> None:
+        """Prior pseudo-rounds: `seconds[n]` for n nodes after `context` tokens, and the same
+        CONTEXT_UNIT tokens later as the per-context figures say; prior_weight / 2 at each
+        context for the plain rounds, twice that for the others together. r(n)'s prior: each size's
+        residual from the fitted line (0 for a line's points)."""
+        self._prior_xx, self._prior_xt = np.zeros((5, 5)), np.zeros(5)
+        per_context, per_node_context = self._per_context
+        drafted = sum(1 for n in seconds if n > 0)
+        for n, t in seconds.items():
+            weight = self.prior_weight / 2 * (1 if n == 0 else 2 / drafted)
+            for extra in (0, CONTEXT_UNIT):
+                x = _regressors(n, context + int(extra))
+                self._prior_xx += weight * np.outer(x, x)
+                self._prior_xt += weight * (t + (per_context + per_node_context * n) * extra) * x
+        self._fit = np.linalg.solve(self._prior_xx + self._xx, self._prior_xt + self._xt)
+        self._residual_prior = {n: t - self.line_seconds(n, context) for n, t in seconds.items() if n > 0}
+
+    def seed(self, pass_seconds: Sequence[float], context: int) -> None:
+        """Start from the verifier's own timings (ModelInfo.pass_seconds: a lone pass over 1, 2, ...
+        tokens, padded as it runs them, after `context` cached tokens) rather than this CPU's
+        figures: its plain pass and its steps. The per-context figures are scaled by its plain
+        pass over PRIOR_PLAIN (a faster device reads its cache faster too)."""
+        if not pass_seconds or not all(t > 0 for t in pass_seconds):
+            return
+        scale = pass_seconds[0] / PRIOR_PLAIN
+        self._per_context = (PRIOR_PER_CONTEXT * scale, PRIOR_PER_NODE_CONTEXT * scale)
+        self._set_prior(dict(enumerate(pass_seconds)), context)
 
     def observe(self, nodes: int, seconds: float, context: int = PRIOR_CONTEXT) -> None:
         """One round's pass: `nodes` drafted nodes verified in `seconds` after `context` tokens."""
@@ -156,7 +184,7 @@ class PassCostModel:
     def residual(self, nodes: int) -> float:
         """r(n): how much a round of n nodes costs beyond the line (module docstring)."""
         weight, total = self._residuals.get(nodes, (0.0, 0.0))
-        return total / (weight + RESIDUAL_PRIOR_WEIGHT)
+        return (total + RESIDUAL_PRIOR_WEIGHT * self._residual_prior.get(nodes, 0.0)) / (weight + RESIDUAL_PRIOR_WEIGHT)
 
     def seconds(self, nodes: int, context: int = PRIOR_CONTEXT) -> float:
         """t(n, L)."""
@@ -165,7 +193,8 @@ class PassCostModel:
     def relative(self, context: int = PRIOR_CONTEXT) -> RelativeCost:
         """A round's cost in plain passes at this context (module docstring)."""
         plain = self.plain(context)
-        extra = tuple(self.residual(n) / plain for n in range(1, max(self._residuals, default=0) + 1))
+        sizes = max(max(self._residuals, default=0), max(self._residual_prior, default=0))
+        extra = tuple(self.residual(n) / plain for n in range(1, sizes + 1))
         return RelativeCost(self.node_seconds(context) / plain, max(0.0, self._fit[1]) / plain, extra)
 
 

@@ -67,6 +67,7 @@ class DrafterServicer(drafter_pb2_grpc.DrafterServicer):
             with ResumingVerifier(self.pool, self.resume, deadline) as verifier, self.metrics.open_sessions.track_inprogress():
                 placed = verifier.placement
                 info = placed.model_info
+                self.policies.seed_costs(info.pass_seconds, info.pass_context_tokens)
                 limits = VerifierLimits(info.context_length, info.max_draft_tokens, info.max_draft_depth)
                 generation = request_from_proto(request, self.pool.tokenizer, limits, self.defaults, self.policies.busy())
                 async for response in generate(

@@ -31,10 +31,12 @@ class FakeVerifier(verifier_pb2_grpc.VerifierServicer):
         break_after_rounds: int | None = None,
         break_once: bool = False,
         round_seconds: float = 0.0,
+        pass_seconds: tuple[float, ...] = (),
     ) -> None:
         self.break_after_rounds = break_after_rounds
         self.break_once = break_once  # only the first stream to reach break_after_rounds breaks
         self.round_seconds = round_seconds  # how long each round takes to answer
+        self.pass_seconds = pass_seconds  # the pass timings its ModelInfo reports (after 128 tokens)
         self.opens: list[verifier_pb2.OpenSession] = []
         self.fingerprint = fingerprint
         self.max_sessions = max_sessions
@@ -64,6 +66,8 @@ class FakeVerifier(verifier_pb2_grpc.VerifierServicer):
             context_length=8192,
             max_draft_tokens=32,
             max_draft_depth=16,
+            pass_seconds=self.pass_seconds,
+            pass_context_tokens=128 if self.pass_seconds else 0,
         )
 
     def GetLoad(self, request, context) -> verifier_pb2.Load:  # type: ignore[no-untyped-def]

@@ -111,6 +111,8 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServicer):
             context_length=context,
             max_draft_tokens=self.max_draft_tokens,
             max_draft_depth=self.max_draft_depth,
+            pass_seconds=target.pass_seconds,
+            pass_context_tokens=target.pass_context_tokens,
         )
         if self.batching.max_kv_bytes:
             self.sessions.max_kv_tokens = self.batching.max_kv_bytes // kv_bytes_per_token(target.model.config, target.dtype)

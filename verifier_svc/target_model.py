@@ -49,6 +49,10 @@ class TargetModel:
         # pass_tokens[r - 1]: the tokens a lone pass of r real tokens runs with (padding the
         # rest); past its end, r itself.
         self.pass_tokens: list[int] = [1, *[max(r, self.min_pass_tokens) for r in range(2, self.min_pass_tokens + 1)]]
+        # pass_seconds[r - 1]: what a lone pass of r real tokens took, padded, after
+        # pass_context_tokens cached ones, as tune_pass_sizes timed it (empty: not timed).
+        self.pass_seconds: list[float] = []
+        self.pass_context_tokens = 0
 
     def new_cache(self) -> KVCache:
         return KVCache(self.model.config)
@@ -96,8 +100,8 @@ class TargetModel:
     def tune_pass_sizes(self, context_tokens: int = 128, max_tokens: int = 16, repeats: int = 3) -> list[float]:
         """Time lone passes of 1..max_tokens tokens after a context of context_tokens (the
         fastest of `repeats`, sizes interleaved so that a burst of contention hits them alike)
-        and pad each pass to the fastest size at or above it from now on (pass_sizes.py).
-        Returns the seconds measured."""
+        and pad each pass to the fastest size at or above it from now on (pass_sizes.py), whose
+        seconds become pass_seconds. Returns the seconds measured, unpadded."""
         self.pass_tokens = []  # time the sizes themselves, unpadded
         best = [float("inf")] * max_tokens
         cache = self.new_cache()
@@ -109,4 +113,6 @@ class TargetModel:
                 best[size - 1] = min(best[size - 1], time.perf_counter() - started)
                 cache.truncate(context_tokens)
         self.pass_tokens = fastest_at_least(best)
+        self.pass_seconds = [best[size - 1] for size in self.pass_tokens]
+        self.pass_context_tokens = context_tokens
         return best

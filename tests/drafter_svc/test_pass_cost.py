@@ -98,3 +98,30 @@ def test_a_size_never_seen_is_priced_by_the_line() -> None:
 def _table(relative: list[float]) -> RelativeCost:
     """The exact relative costs `relative` (relative[0] = 1) as a RelativeCost."""
     return RelativeCost(0.0, 0.0, tuple(r - 1.0 for r in relative[1:]))
+
+
+# What a verifier on this CPU reported at start (a benchmark's log): lone passes over 1..16 tokens
+# after 128 cached, padded to [1, 5, 5, 5, 5, 8, 8, 8, 9, 12, 12, 12, 13, 14, 16, 16].
+VERIFIER_PASSES = [0.0587, *[0.0719] * 4, *[0.0833] * 3, 0.0928, *[0.0909] * 3, 0.0996, 0.0988, *[0.1073] * 2]
+
+
+def test_a_model_seeded_with_the_verifiers_timings_prices_its_staircase_before_any_round() -> None:
+    model = PassCostModel()
+    model.seed(VERIFIER_PASSES, context=128)
+    for n, seconds in enumerate(VERIFIER_PASSES):
+        assert model.seconds(n, 128) == pytest.approx(seconds, rel=0.03), n
+    relative = model.relative(128)
+    true = [t / VERIFIER_PASSES[0] for t in VERIFIER_PASSES]
+    assert leviathan_depth(0.7, 8, relative) == leviathan_depth(0.7, 8, _table(true[:9])) == 4
+    # Rounds still teach it: the verifier got 1.5x slower for every size.
+    for i in range(300):
+        model.observe(i % 9, 1.5 * VERIFIER_PASSES[i % 9], context=128)
+    for n in range(9):
+        assert model.seconds(n, 128) == pytest.approx(1.5 * VERIFIER_PASSES[n], rel=0.05), n
+
+
+def test_seeding_without_timings_keeps_the_prior() -> None:
+    model, unseeded = PassCostModel(), PassCostModel()
+    model.seed([], context=128)
+    model.seed([0.05, 0.0], context=128)  # a size it failed to time
+    assert all(model.seconds(n) == unseeded.seconds(n) for n in range(17))

@@ -32,12 +32,16 @@ def test_resume_seed_is_a_function_of_the_request_seed_and_the_tokens_so_far() -
 
 async def with_drafter(  # type: ignore[no-untyped-def]
     verifiers: list[FakeVerifier], tokenizer, resume: ResumePolicy, body: Callable[[str], Awaitable[None]],
-    defaults: Defaults = Defaults("copy", 4, 4, 256),
+    defaults: Defaults = Defaults("copy", 4, 4, 256), servicers: list[DrafterServicer] | None = None,
 ) -> None:
-    """Run `body` with the address of an in-process drafter server over `verifiers`."""
+    """Run `body` with the address of an in-process drafter server over `verifiers` (its servicer
+    appended to `servicers`, if given)."""
     pool = VerifierPool(StaticDiscovery([v.address for v in verifiers]), tokenizer, poll_seconds=0.1)
     server = grpc.aio.server(interceptors=[ExceptionToStatusInterceptor()])
-    drafter_pb2_grpc.add_DrafterServicer_to_server(DrafterServicer(pool, defaults, resume=resume), server)
+    servicer = DrafterServicer(pool, defaults, resume=resume)
+    if servicers is not None:
+        servicers.append(servicer)
+    drafter_pb2_grpc.add_DrafterServicer_to_server(servicer, server)
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     pool.start()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from drafter_svc.protocol import Defaults
+from drafter_svc.servicer import DrafterServicer
 from drafter_svc.resumable_session import ResumePolicy
 from specdec.client import AsyncClient
 from tests.drafter_svc.test_resumable_session import with_drafter
@@ -37,3 +38,24 @@ def test_requests_that_name_no_drafter_get_the_busy_drafter_while_others_are_ser
         asyncio.run(with_drafter([verifier], tokenizer, ResumePolicy(), body, Defaults("ngram", 4, 4, 256, busy_drafter="copy")))
     finally:
         verifier.stop()
+
+
+def test_the_pass_costs_start_from_the_verifiers_own_timings(tokenizer) -> None:  # type: ignore[no-untyped-def]
+    """A verifier on a fast device reports passes of 10-13 ms (ModelInfo.pass_seconds); the drafter
+    process prices rounds by them from its first session on, not by this CPU's 57 ms prior."""
+    verifier = FakeVerifier(tokenizer.fingerprint, pass_seconds=(0.010, 0.011, 0.011, 0.012, 0.013))
+    servicers: list[DrafterServicer] = []
+    prompt = tokenizer.encode("Tell me a story")
+
+    async def body(address: str) -> None:
+        state = servicers[0].policies
+        assert not state.costs_seeded and state.costs.plain(128) > 0.05
+        async with AsyncClient(address) as client:
+            [c async for c in client.stream(token_ids=prompt, max_new_tokens=4, temperature=0.0)]
+        assert state.costs_seeded and state.costs.plain(128) < 0.015
+
+    try:
+        asyncio.run(with_drafter([verifier], tokenizer, ResumePolicy(), body, servicers=servicers))
+    finally:
+        verifier.stop()
+

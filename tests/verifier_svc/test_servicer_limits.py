@@ -184,3 +184,16 @@ def test_kv_memory_limit_refuses_new_sessions_and_spares_running_ones(target, to
     assert outputs == [r for _, r in references[:3]]
     assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "KV memory" in error.details()
     assert servicer.sessions.open == 0
+
+
+def test_model_info_tells_drafters_what_the_timed_passes_cost(target: TargetModel, tokenizer) -> None:  # type: ignore[no-untyped-def]
+    tuned = TargetModel(target.model, "tuned")
+    tuned.tune_pass_sizes(context_tokens=32, max_tokens=4, repeats=1)
+    servicer = VerifierServicer(1, MAX_DRAFT, MAX_DRAFT, 2048)
+    servicer.set_ready(tuned, tokenizer)
+    assert servicer.info is not None and list(servicer.info.pass_seconds) == tuned.pass_seconds
+    assert len(tuned.pass_seconds) == 4 and servicer.info.pass_context_tokens == 32
+    untimed = VerifierServicer(1, MAX_DRAFT, MAX_DRAFT, 2048)
+    untimed.set_ready(target, tokenizer)  # never tuned: drafters keep their own prior
+    assert untimed.info is not None and not untimed.info.pass_seconds
+

@@ -171,6 +171,8 @@ def test_tuning_times_every_size_and_keeps_plain_decoding_unpadded(target: Targe
     seconds = tuned.tune_pass_sizes(context_tokens=32, max_tokens=6, repeats=1)
     assert len(seconds) == 6 and all(t > 0 for t in seconds)
     assert tuned.pass_tokens[0] == 1 and all(r + 1 <= s <= 6 for r, s in enumerate(tuned.pass_tokens))
+    # What each pass now costs, padded as it runs, is what the verifier tells drafters (ModelInfo).
+    assert tuned.pass_seconds == [seconds[s - 1] for s in tuned.pass_tokens] and tuned.pass_context_tokens == 32
 
 
 def test_session_limits(target: TargetModel) -> None:
