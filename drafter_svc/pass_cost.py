@@ -64,7 +64,7 @@ PRIOR_PER_CONTEXT = 3e-6
 PRIOR_PER_NODE_CONTEXT = 1e-6
 PRIOR_CONTEXT = 300
 CONTEXT_UNIT = 1000.0  # the context regressor's unit, keeping the normal equations well conditioned
-RESIDUAL_PRIOR_WEIGHT = 1.0  # pseudo-rounds of residual 0 behind each size's r(n)
+RESIDUAL_PRIOR_WEIGHT = 1.0  # pseudo-rounds of each size's prior residual (0 unless seeded) behind r(n)
 RESIDUAL_CLIP = 0.25  # a round's residual enters r(n) clipped to +-this share of the line's seconds
 LINE_CLIP = 1.5  # a round enters the line clipped to [1 / this, this] times the line
 
