@@ -104,10 +104,11 @@ def test_leviathan_session_policy_uses_the_session_rate_and_the_cost_model() -> 
 
 @pytest.mark.parametrize("name", ["auto", "leviathan"])
 def test_a_long_context_session_stops_at_the_step_between_pass_sizes(name: str) -> None:
-    """Passes after 1,500 cached tokens shaped like this CPU's (pass_cost.py: 4 drafted nodes cost
-    about what 1 does, 5 cost 20 ms more): the verdicts of a session at that context teach the
-    step, and at acceptance 0.7 the session drafts 4 tokens, the brute-force optimum on the true
-    costs, not the 8 that a line through the same rounds would pay for."""
+    """Passes after 1,500 cached tokens shaped like this CPU's staircase (pass_cost.py: 1-4 drafted
+    nodes run as one padded size, 5 and more as a larger one, here 20 ms dearer): the verdicts of
+    a session at that context teach the step, and at acceptance 0.7 the session drafts 4 tokens,
+    the brute-force optimum on the true costs, not the 8 that a line through the same rounds
+    would pay for."""
 
     def stepped(n: int) -> float:
         return 0.0875 + (0.0 if n == 0 else 0.028 + 0.001 * n + 0.020 * (n >= 5))

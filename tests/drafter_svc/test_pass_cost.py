@@ -45,9 +45,9 @@ def test_relative_cost_in_plain_passes() -> None:
 
 
 def _stepped(n: int, context: int) -> float:
-    """Seconds of a pass shaped like this CPU's (pass_cost's table): a jump from plain to any
-    draft, 1 ms a node, a 20 ms step from 5 nodes on, 15 us per cached token and 2 us more per
-    cached token and node (each node's attention reads the cache)."""
+    """Seconds of a pass shaped like this CPU's (pass_cost.py), its context share steeper: a jump
+    from plain to any draft, 1 ms a node, a 20 ms step from 5 nodes on, 15 us per cached token
+    and 2 us more per cached token and node (each node's attention reads the cache)."""
     return 0.065 + 1.5e-5 * context + (0.0 if n == 0 else 0.028 + (0.001 + 2e-6 * context) * n + 0.020 * (n >= 5))
 
 
