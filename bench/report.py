@@ -21,13 +21,15 @@ from __future__ import annotations
 
 import random
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from bench.prompts import Prompt
 from bench.systems import BASELINE, Output
 
 OVERALL = "overall"
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -198,7 +200,7 @@ def markdown_table(summaries: Sequence[Summary]) -> str:
     for s in summaries:
         failed = f" ({s.failures} failed)" if s.failures else ""
         speedup = "1.00x" if s.system == BASELINE else _fmt(s.speedup, ".2f") + ("x" if s.speedup is not None else "")
-        task = f"**{s.row}**" if s.row == OVERALL else s.row
+        task = _task(s.row)
         lines.append(
             f"| {task} | {s.system} | {s.prompts}{failed} | {_fmt(s.tokens_per_second, '.1f')} | {speedup} "
             f"| {_fmt(s.acceptance_rate, '.2f')} | {_fmt(s.mean_acceptance_length, '.2f')} "
@@ -257,11 +259,19 @@ def _speeds(records: Sequence[Record], row: str, system: str) -> dict[int, float
 
 def _median_with_interval(ratios: Sequence[float], resamples: int, seed: int) -> tuple[float, float, float] | None:
     """The median, and the 5th and 95th percentiles of the medians of seeded bootstrap resamples."""
-    if not ratios:
+    return _with_interval(ratios, statistics.median, resamples, seed)
+
+
+def _with_interval(
+    items: Sequence[T], statistic: Callable[[Sequence[T]], float], resamples: int, seed: int,
+) -> tuple[float, float, float] | None:
+    """statistic(items), and its 5th and 95th percentiles over seeded bootstrap resamples of the
+    items; None without items."""
+    if not items:
         return None
     rng = random.Random(seed)
-    medians = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(resamples))
-    return statistics.median(ratios), medians[int(0.05 * resamples)], medians[int(0.95 * resamples) - 1]
+    values = sorted(statistic(rng.choices(items, k=len(items))) for _ in range(resamples))
+    return statistic(items), values[int(0.05 * resamples)], values[int(0.95 * resamples) - 1]
 
 
 def decode_ratio(
@@ -273,9 +283,6 @@ def decode_ratio(
     policy controls: the prefill is the same work for every system, and at T > 0 each system
     samples its own text, so a short answer's tokens/s (paired_ratio) is mostly its prefill."""
     ours, theirs = _decode_phases(records, row, system), _decode_phases(records, row, reference)
-    shared = [q for q in ours if q in theirs]
-    if not shared:
-        return None
 
     def ratio(questions: Sequence[int]) -> float:
         def rate(phases: dict[int, tuple[int, float]]) -> float:
@@ -283,9 +290,7 @@ def decode_ratio(
 
         return rate(ours) / max(rate(theirs), 1e-9)
 
-    rng = random.Random(seed)
-    ratios = sorted(ratio(rng.choices(shared, k=len(shared))) for _ in range(resamples))
-    return ratio(shared), ratios[int(0.05 * resamples)], ratios[int(0.95 * resamples) - 1]
+    return _with_interval([q for q in ours if q in theirs], ratio, resamples, seed)
 
 
 def _decode_phases(records: Sequence[Record], row: str, system: str) -> dict[int, tuple[int, float]]:
@@ -309,7 +314,7 @@ def decode_table(summaries: Sequence[Summary], fixed: Sequence[str], others: Seq
         for o in others:
             ratio = decode_ratio(records, row, o, best.system) if best is not None else None
             cells.append(f"{ratio[0]:.2f} ({ratio[1]:.2f}-{ratio[2]:.2f})" if ratio else "-")
-        lines.append(f"| {f'**{row}**' if row == OVERALL else row} | " + " | ".join(cells) + " |")
+        lines.append(f"| {_task(row)} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -339,7 +344,7 @@ def policy_table(summaries: Sequence[Summary], fixed: Sequence[str], others: Seq
 
     for row in rows:
         best = _best_fixed(by, row, fixed)
-        task = f"**{row}**" if row == OVERALL else row
+        task = _task(row)
         best_cell = f"{best.system}: {cell(best)}" if best else "-"
         lines.append(f"| {task} | {best_cell} | " + " | ".join(cell(by.get((row, o)), best) for o in others) + " |")
     return "\n".join(lines)
@@ -349,3 +354,9 @@ def _best_fixed(by: dict[tuple[str, str], Summary], row: str, fixed: Sequence[st
     """The row's fixed-length system of the highest speedup (chosen after the fact)."""
     candidates = [by[(row, f)] for f in fixed if (row, f) in by and by[(row, f)].speedup is not None]
     return max(candidates, key=lambda s: s.speedup or 0.0, default=None)
+
+
+def _task(row: str) -> str:
+    """A row's label in a table: the overall row in bold."""
+    return f"**{row}**" if row == OVERALL else row
+
