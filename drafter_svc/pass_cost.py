@@ -137,7 +137,7 @@ class PassCostModel:
         tokens, padded as it runs them, after `context` cached tokens) rather than this CPU's
         figures: its plain pass and its steps. The per-context figures are scaled by its plain
         pass over PRIOR_PLAIN (a faster device reads its cache faster too)."""
-        if not pass_seconds or not all(t > 0 for t in pass_seconds):
+        if not pass_seconds or not all(t > 0 for t in pass_seconds) or context < 0:
             return
         scale = pass_seconds[0] / PRIOR_PLAIN
         self._per_context = (PRIOR_PER_CONTEXT * scale, PRIOR_PER_NODE_CONTEXT * scale)

@@ -124,4 +124,5 @@ def test_seeding_without_timings_keeps_the_prior() -> None:
     model, unseeded = PassCostModel(), PassCostModel()
     model.seed([], context=128)
     model.seed([0.05, 0.0], context=128)  # a size it failed to time
+    model.seed([0.05, 0.06], context=-1)  # a context no verifier can have
     assert all(model.seconds(n) == unseeded.seconds(n) for n in range(17))
