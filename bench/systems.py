@@ -8,12 +8,16 @@ for token trees of depth N with M nodes, e.g. `copy-k4-t12`; these draft a fixed
 ONNX model drafters go by their names too: `onnx-quantized-k4`, `onnx-small-k4-t8`. A
 policy suffix makes N the longest draft a policy may choose (`copy-k8-auto`, `copy-k8-leviathan`,
 `copy-k8-specdec++`, `copy-k8-copy-confidence`, `copy-k8-fixed`), and `-overlap` turns on
-overlapped drafting (`copy-k8-auto-overlap`). Every system is timed the same way: wall-clock
-seconds of one generate call, seen by the caller.
+overlapped drafting (`copy-k8-auto-overlap`). Any name may end in `@RULE` to ask for an
+acceptance rule (README, "Acceptance rules"): `defaults@lenient:1` runs speculative sampling
+where a seeded request under the exact rule would run the exponential race (README,
+`sampling.seed`). Every system is timed the same way: wall-clock seconds of one generate call,
+seen by the caller.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
 from dataclasses import dataclass
@@ -21,6 +25,7 @@ from typing import Protocol
 
 from drafter_svc.draft_policy import POLICY_NAMES
 from drafter_svc.drafter import DRAFTER_NAMES
+from specdec.acceptance_params import parse as parse_acceptance
 from specdec.client import Client
 
 BASELINE = "baseline"
@@ -99,8 +104,15 @@ class SpecdecConfig:
 
 
 def parse_config(name: str) -> SpecdecConfig:
-    """`baseline`, `DRAFTER-kN` (N >= 1) or `DRAFTER-kN-tM` (M > N), each optionally followed by
-    `-POLICY` and `-overlap`; ValueError otherwise. Without a policy: fixed."""
+    """`baseline`, `defaults`, `DRAFTER-kN` (N >= 1) or `DRAFTER-kN-tM` (M > N), each optionally
+    followed by `-POLICY` and `-overlap`, then by `@RULE`; ValueError otherwise. Without a
+    policy: fixed."""
+    system, at, rule = name.partition("@")
+    if at:
+        if not rule:
+            raise ValueError(f"bad config {name!r}: no acceptance rule after '@'")
+        parse_acceptance(rule)  # ValueError for a malformed rule
+        return dataclasses.replace(parse_config(system), name=name, acceptance=rule)
     if name == BASELINE:
         return SpecdecConfig(BASELINE, "", 0, 0)
     if name == SERVER_DEFAULTS:

@@ -156,14 +156,16 @@ def make_drafter(
     seed: int | None = None,
     stream: int = 0,
     models: DrafterModels | None = None,
+    race: bool = False,
 ) -> Drafter:
     """A fresh drafter for one session, by its name in DRAFTER_NAMES; ValueError for any other.
 
     Model drafters sample with the request's `sampling` (default: temperature 1) from a numpy
     generator seeded by (seed, stream): each drafter of a session (the main one, the overlap
     prefetcher's) draws from its own stream, independent of the verifier's torch generator.
-    seed None: fresh entropy. FailedPrecondition when the model folder is missing or was built
-    for another tokenizer."""
+    seed None: fresh entropy. race (with a seed: the verifier checks the session by the
+    exponential race, specdec/coupled_sampling.py): they draw by that race instead.
+    FailedPrecondition when the model folder is missing or was built for another tokenizer."""
     # Imported here: the drafters import Draft from this module.
     from drafter_svc.copy_drafter import CopyDrafter
     from drafter_svc.ngram_drafter import NgramDrafter
@@ -173,7 +175,7 @@ def make_drafter(
     if name == "ngram":
         return NgramDrafter()
     if name in MODEL_DRAFTERS:
-        return _make_model_drafter(name, sampling or SamplingParams(), seed, stream, models or DrafterModels())
+        return _make_model_drafter(name, sampling or SamplingParams(), seed, stream, models or DrafterModels(), race)
     raise ValueError(f"unknown drafter {name!r}; expected one of {', '.join(DRAFTER_NAMES)}")
 
 
@@ -214,7 +216,9 @@ def load_built_model(name: str, models: DrafterModels) -> DraftModel:
 _MODEL_DRAFTER_STREAM = 0x0D5A  # keeps drafter seeds apart from any other use of the request seed
 
 
-def _make_model_drafter(name: str, sampling: SamplingParams, seed: int | None, stream: int, models: DrafterModels) -> Drafter:
+def _make_model_drafter(
+    name: str, sampling: SamplingParams, seed: int | None, stream: int, models: DrafterModels, race: bool
+) -> Drafter:
     import numpy as np
 
     from drafter_svc.onnx_drafter import OnnxDrafter
@@ -222,7 +226,8 @@ def _make_model_drafter(name: str, sampling: SamplingParams, seed: int | None, s
     model = load_built_model(name, models)
     rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(_MODEL_DRAFTER_STREAM, stream)))
     options = {"tail_mass": models.tail_mass, "window": models.window}
-    return OnnxDrafter(model, sampling, rng, **{k: v for k, v in options.items() if v is not None})
+    race_seed = seed if race else None
+    return OnnxDrafter(model, sampling, rng, race_seed=race_seed, **{k: v for k, v in options.items() if v is not None})
 
 
 class AppendOnlyCursor:

@@ -165,7 +165,10 @@ async def generate(
         len(request.prompt_token_ids), request.drafter, request.num_draft_tokens, request.max_tree_nodes,
         str(request.acceptance), request.draft_policy, request.overlap,
     )
-    drafter = make_drafter(request.drafter, request.sampling, request.seed, 0, models)
+    # A seeded session under the exact rule is verified by the exponential race (same seed, same
+    # output, whatever is drafted: specdec/coupled_sampling.py); its model drafts join that race.
+    race = request.seed is not None and request.acceptance.rule == "exact"
+    drafter = make_drafter(request.drafter, request.sampling, request.seed, 0, models, race)
     policy = SessionPolicy(
         request.draft_policy, request.drafter, policies or PolicyState(), len(request.prompt_token_ids), request.sampling.greedy,
         request.max_new_tokens,
@@ -185,7 +188,7 @@ async def generate(
     if request.overlap and request.num_draft_tokens > 0:
         # A model drafter's pre-drafts reuse its KV cache; a zero-cost drafter gets its own instance
         # (an incremental index re-built for every guessed context would cost the main one).
-        prefetcher = Prefetcher(drafter if model_drafter else make_drafter(request.drafter, request.sampling, request.seed, 1, models))
+        prefetcher = Prefetcher(drafter if model_drafter else make_drafter(request.drafter, request.sampling, request.seed, 1, models, race))
     ahead: Draft | None = None  # the pre-drafted round, when the last verdict matched its guess
     detokenizer = IncrementalDetokenizer(tokenizer.decode, request.prompt_token_ids)
     stopper = StopStringMatcher(request.stop)

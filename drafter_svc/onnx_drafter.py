@@ -15,7 +15,10 @@ the next token would not pay for its step (`keep_drafting`; draft_policy.py, "Dr
 With more nodes than the budget, siblings are added at the first depths: independent draws
 from the same q as the chain's node there (the exactness condition of the verifier's tree rule,
 verifier_svc/acceptance.py; repeats included), or at temperature 0 the next most likely tokens
-as point masses. Siblings are leaves: they cost no model call.
+as point masses. Siblings are leaves: they cost no model call. A seeded session under the exact
+rule draws by the exponential race instead (specdec/coupled_sampling.py): a chain token is q's
+race winner at its position, its siblings the runners-up (distinct), which the verifier's race
+then accepts whenever its own winner is among them.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import numpy as np
 from drafter_svc.acceptance_predictor import q_entropy
 from drafter_svc.draft_sampling import TAIL_MASS, SparseQ, draft_distribution, point_mass, top_tokens
 from drafter_svc.drafter import ROOT, Draft, Feedback
+from specdec.coupled_sampling import RaceNoise, race_ranking
 from specdec.sampling_params import SamplingParams
 
 # Siblings go to depths 1..BRANCH_DEPTHS, one at a time, shallowest first: the first drafts are
@@ -153,7 +157,10 @@ TIMED_RUN_TOKENS = 32  # model calls over this many tokens or more time the mode
 class OnnxDrafter:
     """One session's drafter over a shared DraftModel; samples with `sampling` from `rng`, q cut
     at `tail_mass` (draft_sampling.draft_distribution). It reads the context from `window` tokens
-    before the end of the first context it is given (the prompt) on; 0: all of it.
+    before the end of the first context it is given (the prompt) on; 0: all of it. With
+    `race_seed` (a seeded session that the verifier checks by the exponential race:
+    specdec/coupled_sampling.py) a sampled token at a position is instead q's race winner there,
+    and its siblings the runners-up.
 
     `keep_drafting`, when set, is asked before each model call of `propose` (the first included)
     with the chain drafted so far, the model's `step_seconds` (the running mean of one-token
@@ -164,7 +171,7 @@ class OnnxDrafter:
 
     def __init__(
         self, model: DraftModel, sampling: SamplingParams, rng: np.random.Generator, tail_mass: float = TAIL_MASS,
-        window: int = PROMPT_WINDOW,
+        window: int = PROMPT_WINDOW, race_seed: int | None = None,
     ) -> None:
         if not 0.0 <= tail_mass < 1.0:
             raise ValueError(f"tail_mass must be in [0, 1), got {tail_mass}")
@@ -175,6 +182,7 @@ class OnnxDrafter:
         self.rng = rng
         self.tail_mass = tail_mass
         self.window = window
+        self.race = RaceNoise(race_seed, model.manifest.vocab_size) if race_seed is not None and not sampling.greedy else None
         self._start: int | None = None  # where the tokens it reads begin in the session's context
         self._tokens: list[int] = []  # the tokens whose keys and values are in the cache, in order
         self._cache = model.empty_cache()
@@ -227,6 +235,8 @@ class OnnxDrafter:
         if max_nodes is not None and max_nodes < 0:
             raise ValueError(f"max_nodes must be >= 0, got {max_nodes}")
         depth = min(budget, nodes)
+        if self.race is not None:
+            self.race.forget_before(len(context))
         chain: list[int] = []
         chain_q: list[SparseQ] = []
         qs: list[NodeQ] = []  # each node's q as a Draft carries it, converted once
@@ -239,7 +249,7 @@ class OnnxDrafter:
             else:  # catches up on the tokens emitted since (a prefill, the first time): not timed
                 logits = self.next_logits(context)
             q = draft_distribution(logits, self.sampling, self.tail_mass)
-            chain.append(q.sample(self.rng))
+            chain.append(self._draw(q, len(context) + len(chain), 1)[0])
             chain_q.append(q)
             qs.append(_node_q(q))
             level_logits.append(logits)
@@ -251,6 +261,8 @@ class OnnxDrafter:
             if self.sampling.greedy:
                 alternatives = [point_mass(t) for t in top_tokens(level_logits[d], count + 1)[1:]]
                 drawn = [(int(a.token_ids[0]), a) for a in alternatives]
+            elif self.race is not None:  # the runners-up: the race's own draws would repeat the winner
+                drawn = [(t, chain_q[d]) for t in self._draw(chain_q[d], len(context) + d, count + 1)[1:]]
             else:
                 drawn = [(chain_q[d].sample(self.rng), chain_q[d]) for _ in range(count)]
             for token, q in drawn:
@@ -258,6 +270,13 @@ class OnnxDrafter:
                 parents.append(d - 1)  # the chain node at depth d (d - 1 is its parent's index)
                 qs.append(_node_q(q))
         return _draft(token_ids, parents, qs)
+
+    def _draw(self, q: SparseQ, position: int, count: int) -> list[int]:
+        """`count` tokens for `position` (its index in the context): race winner and runners-up
+        with a race (at most q's support), else independent draws from q."""
+        if self.race is None:
+            return [q.sample(self.rng) for _ in range(count)]
+        return race_ranking(q.token_ids, q.probs, self.race.rows([position])[0], count)
 
     def observe(self, feedback: Feedback) -> None:
         """Nothing to learn: the next context tells the cache where to roll back to."""

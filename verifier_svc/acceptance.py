@@ -9,11 +9,14 @@ Draft distributions q arrive sparse: row i lists the support of q_i (token ids) 
 probabilities, padded to a common width S with probability-0 entries whose ids mean nothing
 (and may repeat a real id of the same row). A deterministic drafter declares a point mass:
 S = 1, ids = [token], probs = [1.0].
+
+Three walks: greedy (the argmax), speculative sampling (Leviathan's rule over a tree), and the
+exponential race (verify_coupled: a seeded session's output independent of the drafts).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 import torch
@@ -86,19 +89,53 @@ def verify_greedy(target_logits: torch.Tensor, tree: TokenTree) -> RoundVerdict:
     At each node at most one token is acceptable, so this finds the longest accepted path.
     """
     assert target_logits.shape[0] == len(tree) + 1, "need one target row per node plus one for the root"
-    argmax = greedy_tokens(target_logits)  # [n+1]
-    matches = tree.tokens == argmax[tree.parents + 1]  # [n]
+    return _walk(greedy_tokens(target_logits), tree)
+
+
+def verify_coupled(
+    target_probs: torch.Tensor, tree: TokenTree, draft_q_ids: torch.Tensor, draft_q_probs: torch.Tensor, exps: torch.Tensor,
+) -> RoundVerdict:
+    """Draft-invariant exact verification of a token tree by the exponential race
+    (specdec/coupled_sampling.py, after Daliri, Musco and Suresh, 2024).
+
+    target_probs [n+1, vocab] as for verify_speculative; exps [n+1, vocab]: row r's Exp(1)
+    variables, a function of the session's seed and row r's position only. The target's token at
+    row r is its race winner argmax(p_r / E_r); the walk is the greedy walk with the winners in
+    place of the argmax. Each emitted token is distributed exactly as p at its position (given
+    the earlier ones), and the emitted tokens depend on the exps and target_probs only, not on
+    the tree: plain decoding with the same exps emits the same. Draws no other randomness.
+    acceptance_probs are speculative sampling's min(1, p/q), the drafter's labels as always
+    (draft_q_ids, draft_q_probs: the sparse q as for verify_speculative).
+    """
+    assert target_probs.shape == exps.shape and target_probs.shape[0] == len(tree) + 1, "need one row of p and exps per node plus one"
+    walked = _walk(torch.argmax(target_probs.double() / exps, dim=-1), tree)
+    return replace(walked, acceptance_probs=_ratios(target_probs, tree, draft_q_ids, draft_q_probs).float())
+
+
+def _walk(chosen: torch.Tensor, tree: TokenTree) -> RoundVerdict:
+    """The greedy walk over `chosen` [n+1], the one acceptable token per row; acceptance_probs
+    1.0 where a node's token is the one chosen at its parent, else 0.0."""
+    matches = tree.tokens == chosen[tree.parents + 1]  # [n]
     path: list[int] = []
     node = ROOT
     while (child := next((c for c in tree.children_of(node) if matches[c]), None)) is not None:
         path.append(child)
         node = child
-    return RoundVerdict(
-        accepted_nodes=path,
-        next_token=int(argmax[node + 1]),
-        is_bonus=not tree.children_of(node),
-        acceptance_probs=matches.float(),
-    )
+    return RoundVerdict(path, int(chosen[node + 1]), not tree.children_of(node), matches.float())
+
+
+def _ratios(target_probs: torch.Tensor, tree: TokenTree, draft_q_ids: torch.Tensor, draft_q_probs: torch.Tensor) -> torch.Tensor:
+    """[n] min(1, p(x) / q(x)) for every node's token x, p its parent's row; p(x) = 0 (e.g. x
+    outside top-k) gives 0."""
+    p_x = target_probs[tree.parents + 1].gather(1, tree.tokens.unsqueeze(1)).squeeze(1)  # [n]
+    return (p_x / _q_of_tokens(tree, draft_q_ids, draft_q_probs)).clamp_max_(1.0)
+
+
+def _q_of_tokens(tree: TokenTree, draft_q_ids: torch.Tensor, draft_q_probs: torch.Tensor) -> torch.Tensor:
+    """[n] q(x) for every node's token x: the sum over its support entries equal to x, so padding
+    (probability 0) adds nothing even when its id repeats x. q(x) = 0 cannot be drawn from q;
+    the floor (the smallest normal float32) only keeps a division by it finite."""
+    return draft_q_probs.where(draft_q_ids == tree.tokens.unsqueeze(1), 0.0).sum(1).clamp_min(_TINY)
 
 
 def verify_speculative(
@@ -136,16 +173,9 @@ def verify_speculative(
     assert target_probs.shape[0] == n + 1, "need one target row per node plus one for the root"
     assert draft_q_ids.shape == draft_q_probs.shape and draft_q_ids.shape[0] == n, "q must be [n, S]"
 
-    # p(x): node i's token under its parent's row. q(x): the sum over support entries equal to
-    # x, so padding (probability 0) adds nothing even when its id repeats x.
-    x = tree.tokens.unsqueeze(1)  # [n, 1]
-    p_x = target_probs[tree.parents + 1].gather(1, x).squeeze(1)  # [n]
-    q_x = draft_q_probs.where(draft_q_ids == x, 0.0).sum(1)  # [n]
-    # min(1, p/q); p(x) = 0 (e.g. x outside top-k) gives 0. q(x) = 0 cannot be drawn from q;
-    # the floor only keeps the division finite.
-    acceptance = (p_x / q_x.clamp_min(_TINY)).clamp_max_(1.0)  # [n]
-
-    tokens, acceptance_list, q_x_list = tree.tokens.tolist(), acceptance.tolist(), q_x.clamp_min(_TINY).tolist()
+    acceptance = _ratios(target_probs, tree, draft_q_ids, draft_q_probs)  # [n] min(1, p(x) / q(x))
+    tokens, acceptance_list = tree.tokens.tolist(), acceptance.tolist()
+    q_x_list = _q_of_tokens(tree, draft_q_ids, draft_q_probs).tolist()
     path: list[int] = []
     node = ROOT
     while True:

@@ -17,7 +17,8 @@ import torch
 from specdec.acceptance_params import AcceptanceParams
 from specdec.errors import FailedPrecondition, InvalidArgument, ResourceExhausted
 from specdec.sampling_params import SamplingParams
-from verifier_svc.acceptance import RoundVerdict, verify_greedy, verify_speculative
+from specdec.coupled_sampling import RaceNoise
+from verifier_svc.acceptance import RoundVerdict, verify_coupled, verify_greedy, verify_speculative
 from verifier_svc.lossy_acceptance import make_rule, verify_greedy_lenient
 from verifier_svc.prefix_cache import PrefixCache
 from verifier_svc.sampling import standardize
@@ -89,6 +90,9 @@ class Session:
         self.reused_prompt_tokens = self._stored_prefix.length if self._stored_prefix else 0
         self._prompt_offered = prefix_cache is None
         self.generator = torch.Generator().manual_seed(seed if seed is not None else int.from_bytes(os.urandom(8), "little") >> 1)
+        # A seeded sampled session under the exact rule emits the exponential race's tokens, the
+        # same whatever the drafts (acceptance.verify_coupled).
+        self.race = RaceNoise(seed, target.vocab_size) if seed is not None and not sampling.greedy and acceptance.rule == "exact" else None
         self.closed = False
 
     def verify(self, round_: RoundInput) -> RoundVerdict:
@@ -148,9 +152,18 @@ class Session:
             verdict = verify_greedy_lenient(logits, tree, self.acceptance.parameter)
         elif self.sampling.greedy:
             verdict = verify_greedy(logits, tree)
+        elif self.race is not None:
+            verdict = verify_coupled(standardize(logits, self.sampling), tree, q_ids, q_probs, self._race_exps(self.race, tree))
         else:
             verdict = verify_speculative(standardize(logits, self.sampling), tree, q_ids, q_probs, self.generator, self.rule)
         return verdict
+
+    def _race_exps(self, race: RaceNoise, tree: TokenTree) -> torch.Tensor:
+        """[n+1, vocab] the Exp(1) rows of the positions a round's rows sample: row 0 the next
+        token's (its index in prompt + output), row i+1 that plus node i's depth."""
+        first = len(self.tokens)
+        race.forget_before(first)
+        return torch.from_numpy(race.rows([first, *(first + tree.depths).tolist()]))
 
 
 @dataclass(frozen=True)

@@ -48,3 +48,12 @@ def test_policy_and_overlap_suffixes(name: str, policy: str, overlap: bool) -> N
 def test_bad_policy_suffixes_are_refused(name: str) -> None:
     with pytest.raises(ValueError, match="bad config"):
         parse_config(name)
+
+
+def test_a_rule_suffix_asks_for_an_acceptance_rule() -> None:
+    config = parse_config("onnx-quantized-k4-auto@lenient:1")
+    assert config == SpecdecConfig("onnx-quantized-k4-auto@lenient:1", "onnx-quantized", 4, 4, "lenient:1", "auto")
+    assert parse_config("defaults@exact").acceptance == "exact" and parse_config("defaults@exact").draft_policy == ""
+    for bad in ("copy-k4@", "copy-k4@lenient:x", "copy@lenient:1"):
+        with pytest.raises(ValueError, match="bad config|acceptance"):
+            parse_config(bad)

@@ -19,6 +19,7 @@ from drafter_svc.draft_sampling import draft_distribution
 from drafter_svc.draft_tree import cut
 from drafter_svc.drafter import ROOT, DrafterModels, make_drafter, resolve_default_drafter
 from drafter_svc.onnx_drafter import OnnxDrafter, load_draft_model
+from specdec.coupled_sampling import exponentials, race_ranking
 from specdec.errors import FailedPrecondition
 from specdec.sampling_params import SamplingParams
 from tests.drafter_build.tiny_model import FINGERPRINT, VOCAB, tiny_drafter_folder
@@ -237,6 +238,25 @@ def test_seeded_streams_are_reproducible_and_distinct(tiny) -> None:  # type: ig
 
     assert tokens(1, 0) == tokens(1, 0)
     assert tokens(1, 0) != tokens(1, 1) and tokens(1, 0) != tokens(2, 0)
+
+
+def test_a_raced_draft_is_q_s_race_winners_with_the_runners_up_as_siblings(tiny) -> None:  # type: ignore[no-untyped-def]
+    """With a race (a seeded session under the exact rule) each chain token is the race winner
+    of its q at its position in the context, a sibling the next in the race, none repeated; the
+    same seed drafts the same whatever the stream, and the q sent is the one raced."""
+    _, folder = tiny
+    params = SamplingParams(1.0)
+    models = DrafterModels({"small": folder}, FINGERPRINT)
+    draft = make_drafter("onnx-small", params, 5, 0, models, race=True).propose(CONTEXT, 4, 9)
+    assert draft.parents == [ROOT, 0, 1, 2, ROOT, ROOT, ROOT, 0, 0]
+    for node in range(9):
+        depth = node if node < 4 else draft.parents[node] + 1  # 0-based depth of the node
+        exps = exponentials(5, len(CONTEXT) + depth, VOCAB)
+        ranking = race_ranking(np.array(draft.q_token_ids[node]), np.array(draft.q_probs[node]), exps, 4)
+        rank = 0 if node < 4 else sum(draft.parents[m] == draft.parents[node] for m in range(4, node + 1))  # among siblings
+        assert draft.token_ids[node] == ranking[rank]
+    assert make_drafter("onnx-small", params, 5, 1, models, race=True).propose(CONTEXT, 4, 9).token_ids == draft.token_ids
+    assert make_drafter("onnx-small", params, 6, 0, models, race=True).propose(CONTEXT, 4, 9).token_ids != draft.token_ids
 
 
 def test_a_larger_tail_mass_sends_fewer_tokens_and_samples_only_from_them(tiny) -> None:  # type: ignore[no-untyped-def]

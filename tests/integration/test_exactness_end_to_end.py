@@ -18,6 +18,11 @@ always accepted), which shows the sample sizes are enough to see a wrong distrib
 Two more cases run the ONNX drafter (the int8 copy of the target), whose drafts are sampled from a
 real q that it sends: at temperature 0.8/top-k 50 as a tree of two siblings drawn i.i.d. from q,
 and at temperature 1 without truncation (q tail-cut) as a chain; 1,000 seeds each.
+
+A seeded request under the exact rule is verified by the exponential race (coupled_sampling.py),
+whose output does not depend on the drafts. These cases test speculative sampling, as unseeded
+requests run it, so they ask for `lenient:1`: Leviathan's rule bit for bit (lossy_acceptance.py)
+that a seed makes reproducible. One more case, the chain under `exact`, tests the race.
 """
 
 from __future__ import annotations
@@ -36,13 +41,15 @@ from specdec.client import AsyncClient
 from specdec.launcher import LocalCluster
 from tests.conftest import services
 
+SPECULATIVE = "lenient:1"  # speculative sampling with a reproducible seed (module docstring)
 CASES = {
-    # name: (prompt, max_tree_nodes, number of root children the copy drafter drafts, samples)
-    "chain": ("Yes. We like tea. You like tea. We like", 1, 1, 2000),
+    # name: (prompt, max_tree_nodes, number of root children the copy drafter drafts, samples, rule)
+    "chain": ("Yes. We like tea. You like tea. We like", 1, 1, 2000, SPECULATIVE),
     # Half the samples: the same power. Simulated from p (200 sets of seeds each), the power
     # checks below reject all three wrong distributions for 98.5% of seed sets at 1,000 samples
     # (the chain case needs 2,000 for that).
-    "tree": ("She has a red hat. She has a blue hat. She has a", 4, 2, 1000),
+    "tree": ("She has a red hat. She has a blue hat. She has a", 4, 2, 1000, SPECULATIVE),
+    "chain-race": ("Yes. We like tea. You like tea. We like", 1, 1, 2000, "exact"),
 }
 TEMPERATURE, TOP_K = 0.8, 50
 SAMPLES = 2000
@@ -90,6 +97,7 @@ def chi_square_p_value(counts: Counter, probs: np.ndarray, n: int) -> float:
 async def first_tokens(
     address: str, prompt_ids: list[int], max_tree_nodes: int,
     drafter: str = "copy", temperature: float = TEMPERATURE, top_k: int = TOP_K, samples: int = SAMPLES,
+    acceptance: str = SPECULATIVE,
 ) -> tuple[Counter, int]:
     """First-token counts over SAMPLES seeds, and how often the first round accepted a draft.
 
@@ -106,6 +114,7 @@ async def first_tokens(
                     token_ids=prompt_ids, max_new_tokens=2, temperature=temperature, top_k=top_k,
                     seed=seed, drafter=drafter, num_draft_tokens=1, max_tree_nodes=max_tree_nodes,
                     draft_policy="fixed",  # every first round drafts: an adaptive policy might not
+                    acceptance=acceptance,
                 )
                 first_round = await anext(stream)
                 await stream.aclose()
@@ -118,7 +127,7 @@ async def first_tokens(
 @pytest.mark.slow
 @pytest.mark.parametrize("case", list(CASES))
 def test_first_token_follows_the_target_distribution(exact_cluster, reference_model, tokenizer, case: str) -> None:  # type: ignore[no-untyped-def]
-    prompt, max_tree_nodes, width, samples = CASES[case]
+    prompt, max_tree_nodes, width, samples, rule = CASES[case]
     prompt_ids = tokenizer.encode(prompt)
     draft = CopyDrafter().propose(prompt_ids, 1, max_tree_nodes).token_ids
     with torch.inference_mode():
@@ -127,7 +136,7 @@ def test_first_token_follows_the_target_distribution(exact_cluster, reference_mo
     assert len(draft) == width and 0.15 < p[draft].sum() < 0.8, "the prompt must make both paths likely"
 
     counts, accepted = asyncio.run(
-        first_tokens(exact_cluster.address, prompt_ids, max_tree_nodes, samples=samples)
+        first_tokens(exact_cluster.address, prompt_ids, max_tree_nodes, samples=samples, acceptance=rule)
     )
     assert sum(counts.values()) == samples
     assert 0.1 * samples < accepted < 0.8 * samples  # both paths ran, many times

@@ -18,19 +18,31 @@ def _open_sessions(cluster) -> int:  # type: ignore[no-untyped-def]
         return verifier_pb2_grpc.VerifierStub(channel).GetLoad(verifier_pb2.GetLoadRequest()).open_sessions
 
 
-def test_same_seed_same_output_and_different_seeds_differ(cluster) -> None:  # type: ignore[no-untyped-def]
-    with Client(cluster.address) as client:
-        def run(seed: int, drafter: str = "copy") -> list[int]:
-            # a fixed policy: `auto` chooses lengths from timings, and sampled output depends on the rounds
-            return client.generate(
-                messages=POEM, max_new_tokens=24, temperature=1.0, seed=seed, drafter=drafter, num_draft_tokens=4, draft_policy="fixed",
-            ).token_ids
+# Repeats that the copy and n-gram drafters draft from, so that sampled drafts are often accepted.
+REPEATS = [{"role": "user", "content": "Repeat this line four times: the quick brown fox jumps over the lazy dog."}]
 
-        first = run(1234)
-        assert run(1234) == first
-        assert run(1234, "ngram") != [] and run(1234, "ngram") == run(1234, "ngram")
-        others = {tuple(run(seed)) for seed in range(5)}
+
+def test_same_seed_same_output_whatever_is_drafted_and_different_seeds_differ(cluster) -> None:  # type: ignore[no-untyped-def]
+    """A seeded sampled session emits the exponential race's tokens (specdec/coupled_sampling.py):
+    the same for any drafter, draft length, policy, tree or overlap, and without speculation."""
+    with Client(cluster.address) as client:
+        def run(seed: int, **speculation) -> list[int]:  # type: ignore[no-untyped-def]
+            result = client.generate(messages=REPEATS, max_new_tokens=32, temperature=1.0, seed=seed, **speculation)
+            accepted.append(result.stats.accepted_tokens)
+            return result.token_ids
+
+        accepted: list[int] = []
+        first = run(1234, drafter="copy", num_draft_tokens=4)  # the `auto` policy
+        assert accepted[-1] > 0, "the drafts must be accepted sometimes for this test to mean anything"
+        assert run(1234, drafter="copy", num_draft_tokens=0) == first  # plain decoding
+        assert run(1234, drafter="copy", num_draft_tokens=8, max_tree_nodes=12, draft_policy="fixed") == first
+        assert run(1234, drafter="ngram", num_draft_tokens=3, draft_policy="specdec++") == first
+        assert run(1234, drafter="copy", num_draft_tokens=4, overlap=True) == first
+        others = {tuple(run(seed, drafter="copy", num_draft_tokens=4)) for seed in range(5)}
         assert len(others | {tuple(first)}) >= 5, "different seeds should give different samples at temperature 1"
+        # A lossy rule samples by speculative sampling: same seed and same rounds, same output.
+        lossy = run(1234, drafter="copy", num_draft_tokens=4, draft_policy="fixed", acceptance="lenient:0.5")
+        assert run(1234, drafter="copy", num_draft_tokens=4, draft_policy="fixed", acceptance="lenient:0.5") == lossy
 
 
 def test_client_disconnect_frees_the_verifier_session(cluster) -> None:  # type: ignore[no-untyped-def]

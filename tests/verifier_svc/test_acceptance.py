@@ -2,6 +2,8 @@
 
 Statistical claims get statistical tests with a stated bound (see l1_bound); greedy gets a
 table of exact cases; the fast verify_speculative is compared with a slow, literal reference.
+The exponential race (verify_coupled) emits the same tokens as plain race decoding whatever the
+tree, and plain race decoding is distributed as the target.
 """
 
 from __future__ import annotations
@@ -9,10 +11,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import pytest
 import torch
 
-from verifier_svc.acceptance import MIN_RESIDUAL_MASS, RoundVerdict, verify_greedy, verify_speculative
+from specdec.coupled_sampling import exponentials, race_winner
+from verifier_svc.acceptance import MIN_RESIDUAL_MASS, RoundVerdict, verify_coupled, verify_greedy, verify_speculative
 from verifier_svc.token_tree import ROOT, TokenTree, build_tree, chain
 
 FAILURE_PROB = 1e-6  # per statistical assertion
@@ -541,3 +545,88 @@ def test_tree_statistic_catches_a_rule_without_residuals(monkeypatch: pytest.Mon
     cells = sample_tree_outputs(world, width, point_tokens, NUM_TREE_SAMPLES // 2, seed=1)
     distance = (empirical(cells, TREE_VOCAB**3) - world.joint().double()).abs().sum().item()
     assert distance > l1_bound(TREE_VOCAB**3, NUM_TREE_SAMPLES // 2)
+
+
+# ---------------------------------------------------------------- the exponential race (seeded sessions)
+
+
+def toy_target(prefix: tuple[int, ...]) -> torch.Tensor:
+    """[JOINT_VOCAB] the next-token p of a toy target after `prefix`: a function of the whole
+    prefix, with a zero in some rows (as top-k leaves them)."""
+    code = sum((t + 1) * (JOINT_VOCAB + 1) ** i for i, t in enumerate(prefix))
+    logits = 1.5 * torch.randn(JOINT_VOCAB, generator=torch.Generator().manual_seed(code), dtype=torch.float64)
+    if code % 3 == 0:
+        logits[code % JOINT_VOCAB] = float("-inf")
+    return logits.softmax(0).float()
+
+
+def race_decode(seed: int, steps: int) -> list[int]:
+    """Plain decoding of the toy target by the race: one target call per token, no drafts."""
+    tokens: list[int] = []
+    for position in range(steps):
+        tokens.append(race_winner(toy_target(tuple(tokens)).double().numpy(), exponentials(seed, position, JOINT_VOCAB)))
+    return tokens
+
+
+def race_speculate(seed: int, steps: int, gen: torch.Generator) -> list[int]:
+    """Speculative decoding of the toy target by verify_coupled, over random trees whose nodes
+    are the target's own choice at the parent's row, a token drawn from p there, or any token."""
+    tokens: list[int] = []
+    while len(tokens) < steps:
+        n = int(torch.randint(0, 6, (1,), generator=gen))
+        parents = [int(torch.randint(ROOT, i, (1,), generator=gen)) for i in range(n)]
+        node_tokens: list[int] = []
+        for i in range(n):
+            prefix = tuple(tokens) + tuple(node_tokens[j] for j in path_to(parents, parents[i]))
+            kind = int(torch.randint(0, 3, (1,), generator=gen))
+            at = len(prefix)
+            if kind == 0:
+                node_tokens.append(race_winner(toy_target(prefix).double().numpy(), exponentials(seed, at, JOINT_VOCAB)))
+            elif kind == 1:
+                node_tokens.append(int(torch.multinomial(toy_target(prefix), 1, generator=gen)))
+            else:
+                node_tokens.append(int(torch.randint(0, JOINT_VOCAB, (1,), generator=gen)))
+        tree = build_tree(node_tokens, parents)
+        rows = [tuple(tokens)] + [tuple(tokens) + tuple(node_tokens[j] for j in path_to(parents, i)) for i in range(n)]
+        target = torch.stack([toy_target(prefix) for prefix in rows])  # [n+1, V]
+        exps = torch.from_numpy(np.stack([exponentials(seed, len(prefix), JOINT_VOCAB) for prefix in rows]))
+        q_ids, q_probs = torch.tensor(node_tokens).reshape(n, 1), torch.ones(n, 1)  # point masses
+        verdict = verify_coupled(target, tree, q_ids, q_probs, exps)
+        tokens += [node_tokens[i] for i in verdict.accepted_nodes] + [verdict.next_token]
+    return tokens[:steps]
+
+
+def path_to(parents: list[int], node: int) -> list[int]:
+    """The nodes from the root's child down to `node` (none for ROOT)."""
+    path = []
+    while node != ROOT:
+        path.append(node)
+        node = parents[node]
+    return path[::-1]
+
+
+def test_the_race_emits_the_same_tokens_whatever_the_drafts() -> None:
+    gen = torch.Generator().manual_seed(31)
+    for seed in range(300):
+        assert race_speculate(seed, 6, gen) == race_decode(seed, 6), f"seed {seed}"
+
+
+def test_race_decoding_is_distributed_as_the_target() -> None:
+    """Two tokens, the second's p depending on the first: the joint over NUM_JOINT_SAMPLES seeds
+    within l1_bound of the target's; with the invariance above, speculative decoding's too."""
+    samples = torch.tensor([(lambda t: t[0] * JOINT_VOCAB + t[1])(race_decode(seed, 2)) for seed in range(NUM_JOINT_SAMPLES)])
+    joint = torch.stack([toy_target(()).double()[a] * toy_target((a,)).double() for a in range(JOINT_VOCAB)]).flatten()
+    assert_distributed_as(samples, joint, {"moved mass": with_moved_mass(joint)})
+
+
+def test_the_race_reports_the_speculative_acceptance_probabilities() -> None:
+    for i in range(100):
+        target, tree, q_ids, q_probs = random_round(torch.Generator().manual_seed(20_000 + i))
+        exps = torch.empty(target.shape, dtype=torch.float64).exponential_(generator=torch.Generator().manual_seed(i))
+        coupled = verify_coupled(target, tree, q_ids, q_probs, exps)
+        speculative = verify_speculative(target, tree, q_ids, q_probs, torch.Generator().manual_seed(i))
+        assert torch.equal(coupled.acceptance_probs, speculative.acceptance_probs)
+        winners = torch.argmax(target.double() / exps, dim=1)
+        node = coupled.accepted_nodes[-1] if coupled.accepted_nodes else ROOT
+        assert coupled.next_token == int(winners[node + 1])
+        assert all(int(tree.tokens[c]) == int(winners[int(tree.parents[c]) + 1]) for c in coupled.accepted_nodes)
