@@ -13,8 +13,9 @@ tokens/s ratio on the same prompt, with a bootstrap 90% interval of that median 
 fact, the comparison leans against the policy; beside it, the same ratio against a fixed length
 chosen on the other half of the row's prompts (`held_out_ratio`), which does not. A third
 comparison, `decode_ratio`, leaves the prefill out (tokens and seconds after the first token,
-summed over the row): at T > 0 each system samples its own text, and a 3-token answer's tokens/s
-is mostly the prompt's prefill, which no draft policy changes.
+summed over the row): a 3-token answer's tokens/s is mostly the prompt's prefill, which no draft
+policy changes. (At T > 0 the seeded systems under the exact rule sample the same text, by the
+exponential race: README, `sampling.seed`; a lossy rule, or `@lenient:1`, samples its own.)
 """
 
 from __future__ import annotations
@@ -280,8 +281,8 @@ def decode_ratio(
     """The decode rate of `system` over `reference`'s on the prompts both ran: tokens after the first
     over seconds after the first, each summed over the row's prompts, with the 5th and 95th
     percentiles of that ratio over seeded bootstrap resamples of the prompts. The phase a draft
-    policy controls: the prefill is the same work for every system, and at T > 0 each system
-    samples its own text, so a short answer's tokens/s (paired_ratio) is mostly its prefill."""
+    policy controls: the prefill is the same work for every system, and a short answer's tokens/s
+    (paired_ratio) is mostly its prefill."""
     ours, theirs = _decode_phases(records, row, system), _decode_phases(records, row, reference)
 
     def ratio(questions: Sequence[int]) -> float:

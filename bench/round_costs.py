@@ -9,8 +9,9 @@ the target pass, acceptance), the network's (round trip minus the verifier's), w
 hybrid session's copy draft, the first round's milliseconds (the prompt's prefill) per prompt and
 the milliseconds after it per generated token; the drafter each session ran (a busy drafter
 process serves `defaults` with copies); and per draft position, the share of rounds that drafted it and of
-those the share that accepted it. At temperature 0 every configuration generates the same text;
-at temperature > 0 each its own sample, so per-token figures compare different texts.
+those the share that accepted it. Every configuration generates the same text for a prompt, at
+temperature 0 and, seeded under the exact rule, at temperature > 0 too (the exponential race:
+README, `sampling.seed`); a lossy rule (`@RULE`) samples its own.
 
 `--drafter-args` (repeatable) runs each configuration once more per given drafter service
 setting (e.g. `--drafter-args=--onnx-prompt-window=128`): one more drafter process each, all
