@@ -6,6 +6,7 @@ import asyncio
 import time
 
 import grpc
+import pytest
 
 from specdec.client import Client
 from specdec.v1 import verifier_pb2, verifier_pb2_grpc
@@ -43,6 +44,19 @@ def test_same_seed_same_output_whatever_is_drafted_and_different_seeds_differ(cl
         # A lossy rule samples by speculative sampling: same seed and same rounds, same output.
         lossy = run(1234, drafter="copy", num_draft_tokens=4, draft_policy="fixed", acceptance="lenient:0.5")
         assert run(1234, drafter="copy", num_draft_tokens=4, draft_policy="fixed", acceptance="lenient:0.5") == lossy
+
+
+@pytest.mark.slow
+def test_same_seed_same_output_with_the_onnx_drafters(onnx_quantized_dir, cluster) -> None:  # type: ignore[no-untyped-def]
+    """The model drafters join the race (they draw its winners and runners-up): the hybrid under
+    `auto`, the ONNX drafter as a fixed tree, and plain decoding emit the same tokens."""
+    with Client(cluster.address) as client:
+        def run(**speculation) -> list[int]:  # type: ignore[no-untyped-def]
+            return client.generate(messages=POEM, max_new_tokens=32, temperature=1.0, seed=99, **speculation).token_ids
+
+        plain = run(num_draft_tokens=0)
+        assert run(drafter="hybrid", num_draft_tokens=6) == plain
+        assert run(drafter="onnx-quantized", num_draft_tokens=4, max_tree_nodes=8, draft_policy="fixed") == plain
 
 
 def test_client_disconnect_frees_the_verifier_session(cluster) -> None:  # type: ignore[no-untyped-def]

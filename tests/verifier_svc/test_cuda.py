@@ -14,7 +14,8 @@ What holds on the GPU as on the CPU:
   scores one token per pass, we score trees under a mask): there a divergence is allowed only
   where the reference's own logits of the two tokens are within GREEDY_TIE (printed);
 - speculative sampling is exact: the first emitted token over 2,000 seeds follows p (chi-square,
-  with the bound and power checks of tests/integration/test_exactness_end_to_end.py).
+  with the bound and power checks of tests/integration/test_exactness_end_to_end.py), and so
+  does the exponential race's (its `exact` case: seeded sessions under the exact rule).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import pytest
 import torch
 
 from drafter_svc.copy_drafter import CopyDrafter
+from specdec.acceptance_params import AcceptanceParams, parse as parse_acceptance
 from specdec.sampling_params import SamplingParams
 from tests.integration.prompts import CHAT_PROMPTS, TEXT_PROMPTS
 from tests.integration.test_exactness_end_to_end import ALPHA, CASES, SAMPLES, TEMPERATURE, TOP_K, chi_square_p_value, target_distribution
@@ -178,14 +180,18 @@ def test_greedy_output_equals_transformers_generate(target: TargetModel, tokeniz
           f"every other one left it at a near tie")
 
 
-def first_tokens(target: TargetModel, prompt_ids: list[int], round_: RoundInput, samples: int) -> tuple[Counter, int, torch.Tensor]:
-    """First emitted token over seeds 0..samples-1, one session per seed, SESSIONS_PER_PASS
-    sessions per batched pass; how often a draft was accepted; the row-0 logits of the last pass."""
+def first_tokens(
+    target: TargetModel, prompt_ids: list[int], round_: RoundInput, samples: int, acceptance: AcceptanceParams
+) -> tuple[Counter, int, torch.Tensor]:
+    """First emitted token over seeds 0..samples-1 under `acceptance`, one session per seed,
+    SESSIONS_PER_PASS sessions per batched pass; how often a draft was accepted; the row-0 logits
+    of the last pass."""
     sampling = SamplingParams(temperature=TEMPERATURE, top_k=TOP_K)
     counts: Counter = Counter()
     accepted = 0
     for start in range(0, samples, SESSIONS_PER_PASS):
-        group = [Session(target, prompt_ids, sampling, seed, LIMITS) for seed in range(start, min(start + SESSIONS_PER_PASS, samples))]
+        seeds = range(start, min(start + SESSIONS_PER_PASS, samples))
+        group = [Session(target, prompt_ids, sampling, seed, LIMITS, acceptance) for seed in seeds]
         prepared = [s.prepare(round_) for s in group]
         scored = score_batch(target, [PassInput(s.cache, p.pending, p.tree) for s, p in zip(group, prepared)])
         for session, ready, logits in zip(group, prepared, scored):
@@ -197,12 +203,12 @@ def first_tokens(target: TargetModel, prompt_ids: list[int], round_: RoundInput,
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_speculative_sampling_follows_the_target_distribution(target: TargetModel, tokenizer, case: str) -> None:  # type: ignore[no-untyped-def]
-    prompt, max_tree_nodes, width, _ = CASES[case]  # the sample count here is this module's own
+    prompt, max_tree_nodes, width, _, rule = CASES[case]  # the sample count here is this module's own
     prompt_ids = tokenizer.encode(prompt)
     draft = CopyDrafter().propose(prompt_ids, 1, max_tree_nodes)
     assert len(draft.token_ids) == width
     round_ = RoundInput(draft.token_ids, draft.parents, draft.q_token_ids, draft.q_probs)
-    counts, accepted, logits = first_tokens(target, prompt_ids, round_, SAMPLES)
+    counts, accepted, logits = first_tokens(target, prompt_ids, round_, SAMPLES, parse_acceptance(rule))
     assert sum(counts.values()) == SAMPLES
     assert 0.1 * SAMPLES < accepted < 0.8 * SAMPLES  # accepted and recovered paths both ran
 
