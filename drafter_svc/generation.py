@@ -45,6 +45,7 @@ from drafter_svc.drafter import HYBRID, MODEL_DRAFTERS, ROOT, Draft, DrafterMode
 from drafter_svc.overlap import Prefetcher
 from drafter_svc.protocol import GenerationRequest, open_message, round_message
 from drafter_svc.stop_strings import StopStringMatcher
+from specdec.coupled_sampling import race_seed
 from specdec.errors import Unavailable
 from specdec.tokenizer import Tokenizer
 from specdec.v1 import drafter_pb2, verifier_pb2, verifier_pb2_grpc
@@ -167,7 +168,7 @@ async def generate(
     )
     # A seeded session under the exact rule is verified by the exponential race (same seed, same
     # output, whatever is drafted: specdec/coupled_sampling.py); its model drafts join that race.
-    race = request.seed is not None and request.acceptance.rule == "exact"
+    race = race_seed(request.seed, request.sampling, request.acceptance) is not None
     drafter = make_drafter(request.drafter, request.sampling, request.seed, 0, models, race)
     policy = SessionPolicy(
         request.draft_policy, request.drafter, policies or PolicyState(), len(request.prompt_token_ids), request.sampling.greedy,

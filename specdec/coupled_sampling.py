@@ -27,7 +27,17 @@ from __future__ import annotations
 
 import numpy as np
 
+from specdec.acceptance_params import AcceptanceParams
+from specdec.sampling_params import SamplingParams
+
 _SEED_MASK = (1 << 64) - 1
+
+
+def race_seed(seed: int | None, sampling: SamplingParams, acceptance: AcceptanceParams) -> int | None:
+    """The seed a session's race runs on, or None where it samples otherwise: a seeded session
+    at temperature > 0 under the exact rule races. The drafter and the verifier both ask this, so
+    that a drafter joins the race exactly when the verifier runs it."""
+    return seed if seed is not None and not sampling.greedy and acceptance.rule == "exact" else None
 
 
 def exponentials(seed: int, position: int, vocab_size: int) -> np.ndarray:

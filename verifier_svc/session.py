@@ -17,7 +17,7 @@ import torch
 from specdec.acceptance_params import AcceptanceParams
 from specdec.errors import FailedPrecondition, InvalidArgument, ResourceExhausted
 from specdec.sampling_params import SamplingParams
-from specdec.coupled_sampling import RaceNoise
+from specdec.coupled_sampling import RaceNoise, race_seed
 from verifier_svc.acceptance import RoundVerdict, verify_coupled, verify_greedy, verify_speculative
 from verifier_svc.lossy_acceptance import make_rule, verify_greedy_lenient
 from verifier_svc.prefix_cache import PrefixCache
@@ -92,7 +92,8 @@ class Session:
         self.generator = torch.Generator().manual_seed(seed if seed is not None else int.from_bytes(os.urandom(8), "little") >> 1)
         # A seeded sampled session under the exact rule emits the exponential race's tokens, the
         # same whatever the drafts (acceptance.verify_coupled).
-        self.race = RaceNoise(seed, target.vocab_size) if seed is not None and not sampling.greedy and acceptance.rule == "exact" else None
+        racing = race_seed(seed, sampling, acceptance)
+        self.race = RaceNoise(racing, target.vocab_size) if racing is not None else None
         self.closed = False
 
     def verify(self, round_: RoundInput) -> RoundVerdict:

@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
-from specdec.coupled_sampling import RaceNoise, exponentials, race_ranking, race_winner
+from specdec.acceptance_params import AcceptanceParams
+from specdec.coupled_sampling import RaceNoise, exponentials, race_ranking, race_seed, race_winner
+from specdec.sampling_params import SamplingParams
 
 ALPHA = 1e-4
 
@@ -63,3 +65,11 @@ def test_race_noise_keeps_rows_until_the_output_passes_them() -> None:
     assert np.array_equal(rows[0], exponentials(9, 4, 20))
     noise.forget_before(5)
     assert np.array_equal(noise.rows([5])[0], exponentials(9, 5, 20))
+
+
+def test_a_session_races_when_seeded_sampled_and_exact() -> None:
+    sampled, exact = SamplingParams(temperature=1.0), AcceptanceParams()
+    assert race_seed(7, sampled, exact) == 7
+    assert race_seed(None, sampled, exact) is None  # unseeded: speculative sampling
+    assert race_seed(7, SamplingParams(temperature=0.0), exact) is None  # greedy
+    assert race_seed(7, sampled, AcceptanceParams("lenient", 1.0)) is None  # speculative sampling with a seed
