@@ -112,7 +112,7 @@ class AcceptancePredictor:
         return 1.0 / (1.0 + np.exp(-np.clip(z, -30, 30)))
 
     def update(self, features: np.ndarray, acceptance_probs: Sequence[float], alpha_session: float) -> None:
-        """One SGD step on the mean binary cross-entropy against the soft labels min(1, p/q)."""
+        """One SGD step on the mean binary cross-entropy against the verifier's soft labels (min(1, p/q), or the race's)."""
         if features.shape[0] == 0:
             return
         x = self._inputs(features, alpha_session)

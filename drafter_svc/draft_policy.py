@@ -74,7 +74,7 @@ its acceptance probability (greedy: exactly it), and the choice needs no explora
 policies send the copy draft whenever there is one, cut by their own rule.
 
 Pure: no I/O, no gRPC. `PolicyState` is per drafter process (learned acceptance, per drafter and
-per kind of verification, greedy or sampled; pass costs),
+per kind of verification: greedy, speculative sampling or the exponential race; pass costs),
 `SessionPolicy` per generation; asyncio runs them between awaits, so no locks are needed.
 """
 
@@ -190,12 +190,14 @@ class PolicyState:
         self.load_weight = load_weight
         self.costs = PassCostModel()
         self.costs_seeded = False
-        # Keyed by (drafter, greedy): the labels of greedy verification are 1 when a token is
-        # the target's argmax, a sampled session's are min(1, p/q) (p itself for a copy), so the
-        # same draft has two acceptance rates (a copy of p = 0.6 is accepted whole, or 0.6 of the
-        # time), and one predictor fed both is wrong for both.
-        self.predictors: dict[tuple[str, bool], AcceptancePredictor] = {}
-        self.mean_acceptance: dict[tuple[str, bool], SessionAcceptance] = {}
+        # Keyed by (drafter, greedy, race): the labels of greedy verification are 1 when a token
+        # is the target's argmax, a sampled session's are min(1, p/q) (p itself for a copy), so
+        # the same draft has two acceptance rates (a copy of p = 0.6 is accepted whole, or 0.6 of
+        # the time), and one predictor fed both is wrong for both. The exponential race accepts
+        # a sampled draft less often than speculative sampling does (its labels:
+        # verifier_svc/acceptance.py, race_agreement), so it is a third kind.
+        self.predictors: dict[tuple[str, bool, bool], AcceptancePredictor] = {}
+        self.mean_acceptance: dict[tuple[str, bool, bool], SessionAcceptance] = {}
         # The pass of the latest verdict any session got: a new session's first guess at the load
         # (with several verifiers, of whichever answered last), until its own first verdict.
         self.last_price: LoadPrice | None = None
@@ -215,13 +217,15 @@ class PolicyState:
         price = self.last_price
         return self.open_sessions > 1 or (price is not None and max(price.rounds, price.open_sessions) >= 2)
 
-    def predictor(self, drafter: str, greedy: bool = True) -> AcceptancePredictor:
-        """The acceptance predictor of `drafter`'s drafts under greedy or sampled verification."""
-        return self.predictors.setdefault((drafter, greedy), AcceptancePredictor())
+    def predictor(self, drafter: str, greedy: bool = True, race: bool = False) -> AcceptancePredictor:
+        """The acceptance predictor of `drafter`'s drafts under greedy verification, speculative
+        sampling, or (`race`) the exponential race."""
+        return self.predictors.setdefault((drafter, greedy, race), AcceptancePredictor())
 
-    def drafter_acceptance(self, drafter: str, greedy: bool = True) -> SessionAcceptance:
-        """The mean acceptance of `drafter`'s drafts under greedy or sampled verification."""
-        key = (drafter, greedy)
+    def drafter_acceptance(self, drafter: str, greedy: bool = True, race: bool = False) -> SessionAcceptance:
+        """The mean acceptance of `drafter`'s drafts under greedy verification, speculative
+        sampling, or (`race`) the exponential race."""
+        key = (drafter, greedy, race)
         return self.mean_acceptance.setdefault(key, SessionAcceptance(prior=PRIOR_ACCEPTANCE.get(drafter, 0.5), rate=0.05))
 
 
@@ -230,20 +234,23 @@ class SessionPolicy:
     from the verdict on what was sent."""
 
     def __init__(
-        self, name: str, drafter: str, state: PolicyState, prompt_tokens: int = 0, greedy: bool = True, max_new_tokens: int = 0
+        self, name: str, drafter: str, state: PolicyState, prompt_tokens: int = 0, greedy: bool = True, max_new_tokens: int = 0,
+        race: bool = False,
     ) -> None:
         """prompt_tokens: the prompt's length, which the first round's pass scores too; greedy: the
-        session's verification (else speculative sampling); max_new_tokens: the session's limit
-        (0: unknown; a model's read of the prompt is then priced against one round)."""
+        session's verification (else speculative sampling, or with `race` the exponential race);
+        max_new_tokens: the session's limit (0: unknown; a model's read of the prompt is then
+        priced against one round)."""
         if name not in POLICY_NAMES:
             raise ValueError(f"unknown draft policy {name!r}; expected one of {', '.join(POLICY_NAMES)}")
         self.name = name
         self.drafter = drafter
         self.greedy = greedy
+        self.race = race and not greedy
         self.state = state
-        self.session = SessionAcceptance(prior=state.drafter_acceptance(drafter, greedy).alpha)
+        self.session = SessionAcceptance(prior=state.drafter_acceptance(drafter, greedy, self.race).alpha)
         # The copy drafts of a hybrid session: their own rate and predictor (module docstring).
-        self.copy_session = SessionAcceptance(prior=state.drafter_acceptance(COPY, greedy).alpha)
+        self.copy_session = SessionAcceptance(prior=state.drafter_acceptance(COPY, greedy, self.race).alpha)
         self.load = 0  # rounds ahead of our last round in the verifier
         self.price: LoadPrice | None = None  # the pass of our last verdict
         self.declined = 0  # rounds in a row that sent nothing although there was a draft
@@ -429,7 +436,7 @@ class SessionPolicy:
 
     def predict(self, draft: Draft, nodes: Sequence[int], copied: bool = False) -> np.ndarray:
         drafter, session = (COPY, self.copy_session) if copied else (self.drafter, self.session)
-        return self.state.predictor(drafter, self.greedy).predict(node_features(draft, nodes), session.alpha)
+        return self.state.predictor(drafter, self.greedy, self.race).predict(node_features(draft, nodes), session.alpha)
 
     def choose(self, draft: Draft, max_depth: int, max_nodes: int, step_seconds: float = 0.0, copied: bool = False) -> Draft:
         """`draft` cut to this policy's depth and the node budget scaled to it."""
@@ -472,7 +479,7 @@ class SessionPolicy:
         if had_draft and not path:
             # The policy chose not to draft: no labels. Relax towards the drafter's mean so that a
             # session whose acceptance once dropped tries again.
-            mean = self.state.drafter_acceptance(self.drafter, self.greedy).alpha
+            mean = self.state.drafter_acceptance(self.drafter, self.greedy, self.race).alpha
             self.session.alpha += 0.25 * (mean - self.session.alpha)
 
     def observe_unsent_copy(self, copy_draft: Draft, emitted: Sequence[int]) -> None:
@@ -490,6 +497,6 @@ class SessionPolicy:
 
     def _learn(self, draft: Draft, path: Sequence[int], labels: list[float], copied: bool) -> None:
         drafter, session = (COPY, self.copy_session) if copied else (self.drafter, self.session)
-        self.state.predictor(drafter, self.greedy).update(node_features(draft, path), labels, session.alpha)
+        self.state.predictor(drafter, self.greedy, self.race).update(node_features(draft, path), labels, session.alpha)
         session.update(labels)
-        self.state.drafter_acceptance(drafter, self.greedy).update(labels)
+        self.state.drafter_acceptance(drafter, self.greedy, self.race).update(labels)

@@ -105,7 +105,7 @@ class Feedback:
 
     num_drafted: int  # nodes in the draft
     accepted_nodes: list[int]  # the accepted root-to-node path, as node indices
-    acceptance_probs: list[float]  # min(1, p/q) per node, p conditioned on the node's path
+    acceptance_probs: list[float]  # min(1, p/q) per node, p conditioned on the node's path (the race: its own)
     emitted_token_ids: list[int]
 
     @property

@@ -172,7 +172,7 @@ async def generate(
     drafter = make_drafter(request.drafter, request.sampling, request.seed, 0, models, race)
     policy = SessionPolicy(
         request.draft_policy, request.drafter, policies or PolicyState(), len(request.prompt_token_ids), request.sampling.greedy,
-        request.max_new_tokens,
+        request.max_new_tokens, race,
     )
     model_drafter = request.drafter in MODEL_DRAFTERS and request.num_draft_tokens > 0
     # An adaptive policy sends a model drafter's first round without a model draft, so that its

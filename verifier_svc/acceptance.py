@@ -72,7 +72,7 @@ class RoundVerdict:
     is_bonus: bool  # True iff the accepted path ends at a leaf (for a chain: all drafts accepted)
     # [n] float32 for EVERY node: min(1, p(x) / q(x)) with p the target's distribution after the
     # node's path (not the residual left by siblings tried before it); greedy: 1.0 where x is
-    # the argmax there, else 0.0.
+    # the argmax there, else 0.0; the exponential race: race_agreement.
     acceptance_probs: torch.Tensor
 
     @property
@@ -104,12 +104,31 @@ def verify_coupled(
     place of the argmax. Each emitted token is distributed exactly as p at its position (given
     the earlier ones), and the emitted tokens depend on the exps and target_probs only, not on
     the tree: plain decoding with the same exps emits the same. Draws no other randomness.
-    acceptance_probs are speculative sampling's min(1, p/q), the drafter's labels as always
-    (draft_q_ids, draft_q_probs: the sparse q as for verify_speculative).
+    acceptance_probs, the drafter's labels, are the race's own: race_agreement (draft_q_ids,
+    draft_q_probs: the sparse q as for verify_speculative).
     """
     assert target_probs.shape == exps.shape and target_probs.shape[0] == len(tree) + 1, "need one row of p and exps per node plus one"
     walked = _walk(torch.argmax(target_probs.double() / exps, dim=-1), tree)
-    return replace(walked, acceptance_probs=_ratios(target_probs, tree, draft_q_ids, draft_q_probs).float())
+    return replace(walked, acceptance_probs=race_agreement(target_probs, tree, draft_q_ids, draft_q_probs).float())
+
+
+def race_agreement(target_probs: torch.Tensor, tree: TokenTree, draft_q_ids: torch.Tensor, draft_q_probs: torch.Tensor) -> torch.Tensor:
+    """[n] for every node's token x, p its parent's row: the probability that the target's race
+    winner there is x, given that x is q's race winner (the same Exp(1) variables E_v):
+    1 / sum_v max(p(v) q(x) / p(x), q(v)); 0 where p(x) = 0 or q(x) = 0.
+
+    The race's counterpart of min(1, p/q), never above it: both winners are x iff
+    E_v >= E_x max(p(v) / p(x), q(v) / q(x)) for every v, which given E_x = t has probability
+    exp(-t (sum_v max(...) - 1)); integrating over t ~ Exp(1) gives 1 / sum_v max(...), and
+    dividing by P(q's winner is x) = q(x) gives the above. For a chain node (q's winner) it is
+    what the race accepts it with; a point mass gets p(x)."""
+    p = target_probs[tree.parents + 1].double()  # [n, vocab]
+    q = torch.zeros_like(p).scatter_add_(1, draft_q_ids, draft_q_probs.double())  # padding adds 0
+    p_x = p.gather(1, tree.tokens.unsqueeze(1))  # [n, 1]
+    q_x = q.gather(1, tree.tokens.unsqueeze(1))
+    drawable = (p_x > 0) & (q_x > 0)
+    total = torch.maximum(p * (q_x / p_x.where(drawable, 1.0)), q).sum(1, keepdim=True)
+    return torch.where(drawable, 1.0 / total, 0.0).squeeze(1)
 
 
 def _walk(chosen: torch.Tensor, tree: TokenTree) -> RoundVerdict:

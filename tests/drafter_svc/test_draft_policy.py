@@ -545,6 +545,24 @@ def test_what_sampled_sessions_learn_of_copies_leaves_greedy_sessions_alone() ->
     assert (later.predict(COPY_DRAFT, range(len(COPY_DRAFT)), copied=True) < fresh - 0.1).all()
 
 
+def test_raced_sessions_learn_apart_from_speculative_sampling() -> None:
+    """The exponential race accepts a sampled draft less often than speculative sampling
+    (verifier_svc/acceptance.py, race_agreement): what raced sessions learn stays with them."""
+    state = PolicyState()
+    for _ in range(20):
+        raced = SessionPolicy("auto", "hybrid", state, greedy=False, race=True)
+        for _ in range(10):
+            raced.observe(COPY_DRAFT, [0.3] * len(COPY_DRAFT), seconds(6), 0, first_round=False, had_draft=True, copied=True)
+    fresh = SessionPolicy("auto", "hybrid", PolicyState(), greedy=False).predict(COPY_DRAFT, range(len(COPY_DRAFT)), copied=True)
+    sampled = SessionPolicy("auto", "hybrid", state, greedy=False)
+    np.testing.assert_allclose(sampled.predict(COPY_DRAFT, range(len(COPY_DRAFT)), copied=True), fresh)
+    later = SessionPolicy("auto", "hybrid", state, greedy=False, race=True)
+    assert later.copy_session.alpha < 0.35
+    assert (later.predict(COPY_DRAFT, range(len(COPY_DRAFT)), copied=True) < fresh - 0.1).all()
+    # At temperature 0 there is no race: greedy labels, whatever the flag.
+    assert SessionPolicy("auto", "hybrid", state, greedy=True, race=True).race is False
+
+
 def test_unsent_copy_labels_run_along_the_emitted_tokens_to_the_first_mismatch() -> None:
     for emitted, labels in [([7, 8, 99, 10], [1.0, 1.0, 0.0]), ([7, 8], [1.0, 1.0]), ([5], [0.0])]:
         policy = SessionPolicy("auto", "hybrid", PolicyState())

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from specdec.coupled_sampling import exponentials, race_winner
-from verifier_svc.acceptance import MIN_RESIDUAL_MASS, RoundVerdict, verify_coupled, verify_greedy, verify_speculative
+from verifier_svc.acceptance import MIN_RESIDUAL_MASS, RoundVerdict, race_agreement, verify_coupled, verify_greedy, verify_speculative
 from verifier_svc.token_tree import ROOT, TokenTree, build_tree, chain
 
 FAILURE_PROB = 1e-6  # per statistical assertion
@@ -619,14 +619,63 @@ def test_race_decoding_is_distributed_as_the_target() -> None:
     assert_distributed_as(samples, joint, {"moved mass": with_moved_mass(joint)})
 
 
-def test_the_race_reports_the_speculative_acceptance_probabilities() -> None:
+def test_the_race_walks_its_winners_and_labels_nodes_with_its_own_acceptance() -> None:
     for i in range(100):
         target, tree, q_ids, q_probs = random_round(torch.Generator().manual_seed(20_000 + i))
         exps = torch.empty(target.shape, dtype=torch.float64).exponential_(generator=torch.Generator().manual_seed(i))
         coupled = verify_coupled(target, tree, q_ids, q_probs, exps)
-        speculative = verify_speculative(target, tree, q_ids, q_probs, torch.Generator().manual_seed(i))
-        assert torch.equal(coupled.acceptance_probs, speculative.acceptance_probs)
         winners = torch.argmax(target.double() / exps, dim=1)
         node = coupled.accepted_nodes[-1] if coupled.accepted_nodes else ROOT
         assert coupled.next_token == int(winners[node + 1])
         assert all(int(tree.tokens[c]) == int(winners[int(tree.parents[c]) + 1]) for c in coupled.accepted_nodes)
+        assert torch.equal(coupled.acceptance_probs, race_agreement(target, tree, q_ids, q_probs).float())
+        # Never above speculative sampling's min(1, p/q).
+        speculative = verify_speculative(target, tree, q_ids, q_probs, torch.Generator().manual_seed(i))
+        assert bool((coupled.acceptance_probs <= speculative.acceptance_probs + 1e-6).all())
+
+
+RACE_LABEL_SAMPLES = 200_000
+
+
+def race_label_cases() -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """(p [V], q_ids [S], q_probs [S]): the nodes of random rounds (sparse padded q, point
+    masses, zeros in p) and dense p and q apart, with zeros of their own."""
+    cases = []
+    for r in range(6):
+        target, tree, q_ids, q_probs = random_round(torch.Generator().manual_seed(40_000 + r))
+        cases += [(target[int(tree.parents[i]) + 1], q_ids[i], q_probs[i]) for i in range(len(tree))]
+    for s in range(4):
+        q = softmax_with_zeros(100 + s, zeros=(s,))
+        cases.append((softmax_with_zeros(s, zeros=(s + 1,)), torch.arange(VOCAB), q))
+    return cases
+
+
+def test_race_agreement_is_how_often_the_target_wins_with_q_s_winner() -> None:
+    """For every token x in q's support: among RACE_LABEL_SAMPLES draws of the Exp(1) variables,
+    those where x is q's race winner, the share where it is p's winner too is race_agreement
+    (asked of a one-level tree with every such x) within Hoeffding's bound; speculative
+    sampling's min(1, p/q), where it differs by more, is rejected by the same test."""
+    gen = torch.Generator().manual_seed(5)
+    checked = told_apart = 0
+    for p, q_ids, q_probs in race_label_cases():
+        vocab = p.numel()
+        q = torch.zeros(vocab, dtype=torch.float64).scatter_add_(0, q_ids, q_probs.double())
+        support = q.nonzero().squeeze(1).tolist()
+        tree = build_tree(support, [ROOT] * len(support))
+        rows = p.expand(len(support) + 1, vocab)
+        labels = race_agreement(rows, tree, q_ids.expand(len(support), -1), q_probs.expand(len(support), -1)).tolist()
+        ratios = verify_speculative(rows, tree, q_ids.expand(len(support), -1), q_probs.expand(len(support), -1), torch.Generator()).acceptance_probs
+        exps = torch.empty(RACE_LABEL_SAMPLES, vocab, dtype=torch.float64).exponential_(generator=gen)
+        p_winner, q_winner = torch.argmax(p.double() / exps, dim=1), torch.argmax(q / exps, dim=1)
+        for node, x in enumerate(support):
+            draws = int((q_winner == x).sum())
+            if draws < 2_000:
+                continue
+            share = int(((q_winner == x) & (p_winner == x)).sum()) / draws
+            bound = math.sqrt(math.log(2 / FAILURE_PROB) / (2 * draws))
+            assert abs(share - labels[node]) < bound, f"token {x}: {share:.4f} vs race_agreement {labels[node]:.4f}"
+            checked += 1
+            if abs(float(ratios[node]) - labels[node]) > 2 * bound:
+                assert abs(share - float(ratios[node])) > bound
+                told_apart += 1
+    assert checked >= 40 and told_apart >= 10, (checked, told_apart)
