@@ -3,7 +3,8 @@
 Statistical claims get statistical tests with a stated bound (see l1_bound); greedy gets a
 table of exact cases; the fast verify_speculative is compared with a slow, literal reference.
 The exponential race (verify_coupled) emits the same tokens as plain race decoding whatever the
-tree, and plain race decoding is distributed as the target.
+tree, and plain race decoding is distributed as the target; the probability it reports for a
+node (race_agreement) is how often the race accepts q's winner, tested by sampling.
 """
 
 from __future__ import annotations
