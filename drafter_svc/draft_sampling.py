@@ -112,6 +112,14 @@ def top_tokens(logits: np.ndarray, count: int) -> list[int]:
     return [int(t) for t in best[np.lexsort((best, -logits[best]))]]
 
 
+def model_probability(logits: np.ndarray, token: int) -> float:
+    """The draft model's own probability of `token`, softmax(logits) at temperature 1: a greedy
+    draft's q is a point mass, but how sure the model was is the evidence SpecDec++'s acceptance
+    predictor reads (Huang et al., 2024, section 3)."""
+    scores = logits.astype(np.float64)
+    return float(1.0 / np.exp(scores - scores[token]).sum())
+
+
 def _softmax(scores: np.ndarray) -> np.ndarray:
     shifted = np.exp(scores.astype(np.float64) - np.max(scores))
     return shifted / shifted.sum()

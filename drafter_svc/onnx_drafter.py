@@ -15,7 +15,9 @@ the next token would not pay for its step (`keep_drafting`; draft_policy.py, "Dr
 With more nodes than the budget, siblings are added at the first depths: independent draws
 from the same q as the chain's node there (the exactness condition of the verifier's tree rule,
 verifier_svc/acceptance.py; repeats included), or at temperature 0 the next most likely tokens
-as point masses. Siblings are leaves: they cost no model call. A seeded session under the exact
+as point masses. Siblings are leaves: they cost no model call. At temperature 0 each node also
+carries the model's softmax probability of its token (Draft.confidences), the evidence the
+acceptance predictor has where q is a point mass. A seeded session under the exact
 rule draws by the exponential race instead (specdec/coupled_sampling.py): a chain token is q's
 race winner at its position, its siblings the runners-up (distinct), which the verifier's race
 then accepts whenever its own winner is among them.
@@ -33,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from drafter_svc.acceptance_predictor import q_entropy
-from drafter_svc.draft_sampling import TAIL_MASS, SparseQ, draft_distribution, point_mass, top_tokens
+from drafter_svc.draft_sampling import TAIL_MASS, SparseQ, draft_distribution, model_probability, point_mass, top_tokens
 from drafter_svc.drafter import ROOT, Draft, Feedback
 from specdec.coupled_sampling import RaceNoise, race_ranking
 from specdec.sampling_params import SamplingParams
@@ -243,8 +245,9 @@ class OnnxDrafter:
         chain: list[int] = []
         chain_q: list[SparseQ] = []
         qs: list[NodeQ] = []  # each node's q as a Draft carries it, converted once
+        sure: list[float] = []  # greedy: the model's probability of each node's token (Draft.confidences)
         level_logits: list[np.ndarray] = []
-        while len(chain) < depth and self._keep_drafting(context, chain, qs, depth, nodes):
+        while len(chain) < depth and self._keep_drafting(context, chain, qs, sure, depth, nodes):
             if chain:
                 started = time.perf_counter()
                 logits = self._extend([chain[-1]], causal_bias(len(self._tokens), 1))[0]
@@ -255,6 +258,8 @@ class OnnxDrafter:
             chain.append(self._draw(q, len(context) + len(chain), 1)[0])
             chain_q.append(q)
             qs.append(_node_q(q))
+            if self.sampling.greedy:
+                sure.append(model_probability(logits, chain[-1]))
             level_logits.append(logits)
         if not chain:
             return Draft.point_masses([])
@@ -272,7 +277,9 @@ class OnnxDrafter:
                 token_ids.append(token)
                 parents.append(d - 1)  # the chain node at depth d (d - 1 is its parent's index)
                 qs.append(_node_q(q))
-        return _draft(token_ids, parents, qs)
+                if self.sampling.greedy:
+                    sure.append(model_probability(level_logits[d], token))
+        return _draft(token_ids, parents, qs, sure)
 
     def _draw(self, q: SparseQ, position: int, count: int) -> list[int]:
         """`count` tokens for `position` (its index in the context): race winner and runners-up
@@ -285,11 +292,11 @@ class OnnxDrafter:
         """Nothing to learn: the next context tells the cache where to roll back to."""
 
     def _keep_drafting(
-        self, context: Sequence[int], chain: list[int], qs: list[NodeQ], depth: int, nodes: int
+        self, context: Sequence[int], chain: list[int], qs: list[NodeQ], sure: list[float], depth: int, nodes: int
     ) -> bool:
         if self.keep_drafting is None:
             return True
-        partial = _draft(list(chain), list(range(ROOT, len(chain) - 1)), qs)
+        partial = _draft(list(chain), list(range(ROOT, len(chain) - 1)), qs, sure)
         catch_up = self.catch_up_seconds(context) if not chain else 0.0
         return self.keep_drafting(partial, depth, nodes, self.step_seconds, catch_up, self.reads_prompt and not chain)
 
@@ -325,8 +332,11 @@ def _node_q(q: SparseQ) -> NodeQ:
     return (*q.lists(), q_entropy(q.probs))
 
 
-def _draft(token_ids: list[int], parents: list[int], qs: Sequence[NodeQ]) -> Draft:
-    return Draft(token_ids, parents, [ids for ids, _, _ in qs], [probs for _, probs, _ in qs], q_entropies=[e for _, _, e in qs])
+def _draft(token_ids: list[int], parents: list[int], qs: Sequence[NodeQ], confidences: Sequence[float] = ()) -> Draft:
+    return Draft(
+        token_ids, parents, [ids for ids, _, _ in qs], [probs for _, probs, _ in qs], confidences=list(confidences),
+        q_entropies=[e for _, _, e in qs],
+    )
 
 
 def _running_mean(current: float, seconds: float) -> float:

@@ -195,6 +195,32 @@ def test_greedy_tree_branches_with_the_next_most_likely_tokens(tiny) -> None:  #
     assert all(probs == [1.0] for probs in draft.q_probs)
 
 
+def test_greedy_drafts_carry_how_sure_the_model_was_of_each_token(tiny) -> None:  # type: ignore[no-untyped-def]
+    """A greedy draft's q is a point mass; its confidences are the model's softmax probability of
+    each node's token (chain and siblings), which the acceptance predictor reads as its `doubt`,
+    and the partial chains the policy is asked about carry them. Sampled drafts carry q itself."""
+    model, folder = tiny
+    seen: list[list[float]] = []
+
+    def keep(chain, *_):  # type: ignore[no-untyped-def]
+        seen.append(list(chain.confidences))
+        return True
+
+    d = drafter(folder, SamplingParams(0.0))
+    d.keep_drafting = keep
+    draft = d.propose(CONTEXT, 3, 7)
+    with torch.no_grad():
+        first = _softmax(model(torch.tensor([CONTEXT])).logits[0, -1].numpy())
+        second = _softmax(model(torch.tensor([CONTEXT + draft.token_ids[:1]])).logits[0, -1].numpy())
+    expected = [first[draft.token_ids[i]] if draft.parents[i] == ROOT else second[draft.token_ids[i]] for i in (0, 1, 3, 4, 5, 6)]
+    np.testing.assert_allclose([draft.confidences[i] for i in (0, 1, 3, 4, 5, 6)], expected, rtol=1e-4)
+    assert draft.confidences[0] > draft.confidences[3] > draft.confidences[4]  # the argmax, then the runners-up
+    assert seen == [draft.confidences[:j] for j in range(3)]
+    doubt = node_features(draft, range(len(draft)))[:, 3]
+    np.testing.assert_allclose(doubt, 1.0 - np.asarray(draft.confidences))
+    assert drafter(folder, SamplingParams(1.0)).propose(CONTEXT, 3, 7).confidences == []
+
+
 def test_sampled_tree_siblings_declare_their_chain_nodes_q(tiny) -> None:  # type: ignore[no-untyped-def]
     _, folder = tiny
     draft = drafter(folder, SamplingParams(1.0)).propose(CONTEXT, 4, 9)
