@@ -120,9 +120,9 @@ class AcceptancePredictor:
         path before it was accepted, the product of the labels before it (averaged over the
         path's nodes). The verifier labels every node, also past a rejection, but the model is of
         P(node accepted | its path accepted), and acceptance runs in spans: a node past a
-        rejected one sits in a hard span more often. Unweighted, greedy sessions learned the
-        marginal rate at depth 5 (~0.87 on MT-bench) where the conditional one was ~0.97, and
-        `auto` cut drafts that fixed lengths got accepted (README, "Labels past a rejection")."""
+        rejected one sits in a hard span more often (MT-bench and QA at temperature 0, fixed
+        6-chains: 0.87 of rounds accepted position 4 and 0.84 position 5, so given position 4,
+        position 5 was accepted 0.97 of the time; README, "Labels past a rejection")."""
         if features.shape[0] == 0:
             return
         x = self._inputs(features, alpha_session)

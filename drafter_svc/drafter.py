@@ -40,10 +40,10 @@ class Draft:
     never by the verifier: match_lengths[i] is how many context tokens the prediction of node i
     rests on (the matched suffix of a copy draft, the backed-off context of an n-gram draft);
     confidences[i] is the drafter's own estimate in [0, 1] that the token comes next (an n-gram
-    draft's empirical frequency, a greedy model draft's softmax probability of its token); q_entropies[i] is the entropy of q_i in nats, as
-    `acceptance_predictor.q_entropy` computes it, by a drafter that had q as an array (a model
-    drafter: computed once, not again from the lists at every policy step). Empty: unknown
-    (computed when needed). Not part of equality: the same tree is the same draft.
+    draft's empirical frequency, a greedy model draft's softmax probability of its token);
+    q_entropies[i] is the entropy of q_i in nats, as `acceptance_predictor.q_entropy` computes
+    it, by a drafter that had q as an array (a model drafter: computed once, not again from the
+    lists at every policy step). Empty: unknown (computed when needed). Not part of equality: the same tree is the same draft.
     """
 
     token_ids: list[int]

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from drafter_svc.acceptance_predictor import node_features
+from drafter_svc.acceptance_predictor import FEATURES, node_features
 from drafter_svc.draft_sampling import draft_distribution
 from drafter_svc.draft_tree import cut
 from drafter_svc.drafter import ROOT, DrafterModels, make_drafter, resolve_default_drafter
@@ -216,7 +216,7 @@ def test_greedy_drafts_carry_how_sure_the_model_was_of_each_token(tiny) -> None:
     np.testing.assert_allclose([draft.confidences[i] for i in (0, 1, 3, 4, 5, 6)], expected, rtol=1e-4)
     assert draft.confidences[0] > draft.confidences[3] > draft.confidences[4]  # the argmax, then the runners-up
     assert seen == [draft.confidences[:j] for j in range(3)]
-    doubt = node_features(draft, range(len(draft)))[:, 3]
+    doubt = node_features(draft, range(len(draft)))[:, FEATURES.index("doubt")]
     np.testing.assert_allclose(doubt, 1.0 - np.asarray(draft.confidences))
     assert drafter(folder, SamplingParams(1.0)).propose(CONTEXT, 3, 7).confidences == []
 
