@@ -50,8 +50,8 @@ class Defaults:
     draft_policy: str = "auto"
     overlap: str = "off"
     max_prompt_tokens: int = 0  # 0: only the verifier's context length
-    model_num_draft_tokens: int = 6
-    model_max_tree_nodes: int = 6
+    model_num_draft_tokens: int = 8
+    model_max_tree_nodes: int = 8
     busy_drafter: str = ""
 
     def __post_init__(self) -> None:

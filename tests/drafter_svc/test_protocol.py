@@ -104,7 +104,7 @@ def test_model_drafters_get_their_own_default_shape(tokenizer) -> None:  # type:
     assert shape(tokenizer, defaults, drafter="ngram") == (8, 16)
     assert shape(tokenizer, defaults, drafter="onnx-quantized") == (6, 6)
     assert shape(tokenizer, defaults, drafter="onnx-quantized", num_draft_tokens=3) == (3, 3)
-    assert Defaults("onnx-quantized", 8, 16, 512).shape("onnx-quantized") == (6, 6)
+    assert Defaults("onnx-quantized", 8, 16, 512).shape("onnx-quantized") == (8, 8)  # a chain
 
 
 def test_a_busy_process_gives_requests_that_name_no_drafter_its_busy_drafter(tokenizer) -> None:  # type: ignore[no-untyped-def]
@@ -113,7 +113,7 @@ def test_a_busy_process_gives_requests_that_name_no_drafter_its_busy_drafter(tok
     def request(busy: bool, **speculation):  # type: ignore[no-untyped-def]
         return request_from_proto(build_request(token_ids=[1, 2, 3], **speculation), tokenizer, LIMITS, defaults, busy)
 
-    assert (request(False).drafter, request(False).num_draft_tokens) == ("onnx-quantized", 6)
+    assert (request(False).drafter, request(False).num_draft_tokens, request(False).max_tree_nodes) == ("onnx-quantized", 8, 8)
     assert (request(True).drafter, request(True).num_draft_tokens, request(True).max_tree_nodes) == ("copy", 8, 16)
     assert request(True, drafter="onnx-quantized").drafter == "onnx-quantized"  # named: always honoured
     assert request_from_proto(build_request(token_ids=[1]), tokenizer, LIMITS, TREE_DEFAULTS, True).drafter == "copy"
