@@ -43,7 +43,8 @@ class Draft:
     draft's empirical frequency, a greedy model draft's softmax probability of its token);
     q_entropies[i] is the entropy of q_i in nats, as `acceptance_predictor.q_entropy` computes
     it, by a drafter that had q as an array (a model drafter: computed once, not again from the
-    lists at every policy step). Empty: unknown (computed when needed). Not part of equality: the same tree is the same draft.
+    lists at every policy step). Empty: unknown (computed when needed). Not part of equality:
+    the same tree is the same draft.
     """
 
     token_ids: list[int]
