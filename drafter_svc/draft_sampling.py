@@ -15,6 +15,7 @@ mass.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -112,12 +113,12 @@ def top_tokens(logits: np.ndarray, count: int) -> list[int]:
     return [int(t) for t in best[np.lexsort((best, -logits[best]))]]
 
 
-def model_probability(logits: np.ndarray, token: int) -> float:
-    """The draft model's own probability of `token`, softmax(logits) at temperature 1: a greedy
-    draft's q is a point mass, but how sure the model was is the evidence SpecDec++'s acceptance
-    predictor reads (Huang et al., 2024, section 3)."""
-    scores = logits.astype(np.float64)
-    return float(1.0 / np.exp(scores - scores[token]).sum())
+def model_probabilities(logits: np.ndarray, tokens: Sequence[int]) -> list[float]:
+    """The draft model's own probability of each of `tokens`, softmax(logits) at temperature 1: a
+    greedy draft's q is a point mass, but how sure the model was is the evidence SpecDec++'s
+    acceptance predictor reads (Huang et al., 2024, section 3)."""
+    probs = _softmax(logits)
+    return [float(probs[t]) for t in tokens]
 
 
 def _softmax(scores: np.ndarray) -> np.ndarray:

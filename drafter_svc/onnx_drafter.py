@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from drafter_svc.acceptance_predictor import q_entropy
-from drafter_svc.draft_sampling import TAIL_MASS, SparseQ, draft_distribution, model_probability, point_mass, top_tokens
+from drafter_svc.draft_sampling import TAIL_MASS, SparseQ, draft_distribution, model_probabilities, point_mass, top_tokens
 from drafter_svc.drafter import ROOT, Draft, Feedback
 from specdec.coupled_sampling import RaceNoise, race_ranking
 from specdec.sampling_params import SamplingParams
@@ -259,7 +259,7 @@ class OnnxDrafter:
             chain_q.append(q)
             qs.append(_node_q(q))
             if self.sampling.greedy:
-                sure.append(model_probability(logits, chain[-1]))
+                sure.extend(model_probabilities(logits, chain[-1:]))
             level_logits.append(logits)
         if not chain:
             return Draft.point_masses([])
@@ -277,8 +277,8 @@ class OnnxDrafter:
                 token_ids.append(token)
                 parents.append(d - 1)  # the chain node at depth d (d - 1 is its parent's index)
                 qs.append(_node_q(q))
-                if self.sampling.greedy:
-                    sure.append(model_probability(level_logits[d], token))
+            if self.sampling.greedy:  # one softmax per depth for all of its siblings
+                sure.extend(model_probabilities(level_logits[d], [token for token, _ in drawn]))
         return _draft(token_ids, parents, qs, sure)
 
     def _draw(self, q: SparseQ, position: int, count: int) -> list[int]:
@@ -332,7 +332,7 @@ def _node_q(q: SparseQ) -> NodeQ:
     return (*q.lists(), q_entropy(q.probs))
 
 
-def _draft(token_ids: list[int], parents: list[int], qs: Sequence[NodeQ], confidences: Sequence[float] = ()) -> Draft:
+def _draft(token_ids: list[int], parents: list[int], qs: Sequence[NodeQ], confidences: Sequence[float]) -> Draft:
     return Draft(
         token_ids, parents, [ids for ids, _, _ in qs], [probs for _, probs, _ in qs], confidences=list(confidences),
         q_entropies=[e for _, _, e in qs],
