@@ -87,12 +87,10 @@ class DraftModel:
         layers = self.manifest.num_layers
         self._past_names = [f"past_{kind}.{i}" for i in range(layers) for kind in ("key", "value")]
         # Running means over every session of the process (a new session prices its first draft
-        # with them), 0 until timed: a one-token drafting step's seconds, a token's seconds in a
-        # call that reads many (a prefill), and a drafted token's seconds outside the model call
-        # (its q and its draw: ~3.5 ms beside a ~13 ms step over RAG prompts at temperature 1).
+        # with them), 0 until timed: a one-token drafting step's seconds, and a token's seconds
+        # in a call that reads many (a prefill).
         self.step_seconds = 0.0
         self.token_seconds = 0.0
-        self.sample_seconds = 0.0
 
     def empty_cache(self) -> list[np.ndarray]:
         m = self.manifest
@@ -170,11 +168,11 @@ class OnnxDrafter:
     and its siblings the runners-up.
 
     `keep_drafting`, when set, is asked before each model call of `propose` (the first included)
-    with the chain drafted so far, `step_seconds` (what one more token costs: the running means,
-    shared by the process's sessions, of a one-token model step and of a token's sampling) and,
-    before the first call, what that call costs beyond a model step: the tokens it must read
-    first (the prompt window, when this drafter has not read it: `reads_prompt`) at the model's
-    `token_seconds`. False ends the chain there (an empty draft before the first call)."""
+    with the chain drafted so far, the model's `step_seconds` (the running mean of one-token
+    steps, shared by the process's sessions) and, before the first call, what that call costs
+    beyond a step: the tokens it must read first (the prompt window, when this drafter has not
+    read it: `reads_prompt`) at the model's `token_seconds`. False ends the chain there (an empty
+    draft before the first call)."""
 
     def __init__(
         self, model: DraftModel, sampling: SamplingParams, rng: np.random.Generator, tail_mass: float = TAIL_MASS,
@@ -256,7 +254,6 @@ class OnnxDrafter:
                 self.model.step_seconds = _running_mean(self.model.step_seconds, time.perf_counter() - started)
             else:  # catches up on the tokens emitted since (a prefill, the first time): not timed
                 logits = self.next_logits(context)
-            sampling = time.perf_counter()
             q = draft_distribution(logits, self.sampling, self.tail_mass)
             chain.append(self._draw(q, len(context) + len(chain), 1)[0])
             chain_q.append(q)
@@ -264,7 +261,6 @@ class OnnxDrafter:
             if self.sampling.greedy:
                 sure.extend(model_probabilities(logits, chain[-1:]))
             level_logits.append(logits)
-            self.model.sample_seconds = _running_mean(self.model.sample_seconds, time.perf_counter() - sampling)
         if not chain:
             return Draft.point_masses([])
         token_ids, parents = list(chain), list(range(ROOT, len(chain) - 1))
@@ -310,15 +306,14 @@ class OnnxDrafter:
         return not self._tokens
 
     def catch_up_seconds(self, context: Sequence[int]) -> float:
-        """What the first model call after `context` costs beyond one model step: the tokens it
-        must read first (the prompt window, or those emitted since the last draft) at the model's
+        """What the first model call after `context` costs beyond one step: the tokens it must
+        read first (the prompt window, or those emitted since the last draft) at the model's
         `token_seconds`."""
-        return max(0.0, self.pending_tokens(context) * self.model.token_seconds - self.model.step_seconds)
+        return max(0.0, self.pending_tokens(context) * self.model.token_seconds - self.step_seconds)
 
     @property
     def step_seconds(self) -> float:
-        """What one more drafted token costs: a one-token model step and the token's sampling."""
-        return self.model.step_seconds + self.model.sample_seconds
+        return self.model.step_seconds
 
     def _extend(self, token_ids: list[int], bias: np.ndarray) -> np.ndarray:
         start = len(self._tokens)
