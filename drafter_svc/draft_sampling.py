@@ -28,7 +28,7 @@ from specdec.sampling_params import SamplingParams
 # (~6,000 tokens) at alpha 0.9717, 1e-3 18.3 KB at 0.9713, 1e-2 4.3 KB at 0.9675: 12x fewer bytes
 # than 1e-4 (and the verifier's parsing with them) for 0.004 of alpha.
 TAIL_MASS = 1e-2
-CANDIDATES = 4096  # tokens sorted first; the whole vocabulary only when they are not enough
+FLOOR = 1e-6  # tokens at least this likely are sorted first; the whole vocabulary only when they are not enough
 
 
 @dataclass(frozen=True)
@@ -90,18 +90,18 @@ def draft_distribution(logits: np.ndarray, params: SamplingParams, tail_mass: fl
     return SparseQ(ids.astype(np.int64), (probs[ids] / probs[ids].sum()).astype(np.float32))
 
 
-def _most_likely_first(probs: np.ndarray, mass: float, candidates: int = CANDIDATES) -> np.ndarray:
+def _most_likely_first(probs: np.ndarray, mass: float, floor: float = FLOOR) -> np.ndarray:
     """Token ids by decreasing probability, ties by increasing id (a stable sort of -probs), at
-    least as far as they hold `mass`: the top `candidates` found by a partial sort when they hold
-    it and the cut falls above the candidates' smallest probability (so no token left out could
-    rank before one kept), else the whole vocabulary sorted. A full sort of 49,152 probabilities
-    costs ~4 ms, a quarter of a drafting step on this CPU; the partial one a tenth of that."""
-    if candidates < probs.shape[0]:
-        top = np.argpartition(-probs, candidates - 1)[:candidates]
+    least as far as they hold `mass`: the tokens at least `floor` likely, sorted, when they hold
+    it (every token left out is less likely than every one kept, so none could rank before one),
+    else the whole vocabulary sorted. A full sort of 49,152 probabilities costs ~4 ms, a quarter
+    of a drafting step on this CPU. With the floor, `draft_distribution` at temperature 1 took
+    0.38 ms a call over 120 of the int8 drafter's logits on Spec-Bench prompts, against 1.52 ms
+    with the partial sort of the top 4,096 (argpartition) that it replaced, for the same q."""
+    top = np.flatnonzero(probs >= floor)
+    if 0 < top.size < probs.shape[0]:
         top = top[np.lexsort((top, -probs[top]))]
-        cum = np.cumsum(probs[top])
-        cut = int(np.searchsorted(cum, mass, side="left"))
-        if cut < candidates and probs[top[cut]] > probs[top[-1]]:
+        if np.cumsum(probs[top])[-1] >= mass:  # the caller's cumsum over these reaches it too
             return top
     return np.argsort(-probs, kind="stable")
 

@@ -48,17 +48,23 @@ def test_q_is_the_smallest_head_holding_all_but_the_tail(params: SamplingParams)
     assert abs(q.probs.sum(dtype=np.float64) - 1) < 1e-5
 
 
-@pytest.mark.parametrize("spread", ["peaked", "flat", "tied"])
+@pytest.mark.parametrize("spread", ["peaked", "flat", "tied", "uniform", "long tail"])
 def test_a_large_vocabulary_gives_the_q_of_a_full_stable_sort(spread: str) -> None:
-    """The partial sort over the top candidates (fast) and its fallback to the whole vocabulary
-    (flat distributions, ties at the candidates' edge) keep exactly the tokens, in the order,
-    that sorting all 49,152 probabilities would."""
+    """The sort of the tokens above a probability floor (fast) and its fallback to the whole
+    vocabulary (every token above the floor; or those above it holding too little, a long tail
+    of unlikely tokens) keep exactly the tokens, in the order, that sorting all 49,152
+    probabilities would, ties included."""
     rng = np.random.default_rng(3)
     x = (rng.standard_normal(49152) * 3).astype(np.float32)
     if spread == "peaked":
         x += 12 * (rng.random(49152) < 0.002)
     if spread == "tied":
-        x[:6000] = 9.0  # more equal tokens than candidates, at the top
+        x[:6000] = 9.0  # thousands of equal tokens at the top
+    if spread == "uniform":
+        x = (rng.standard_normal(49152) * 0.01).astype(np.float32)
+    if spread == "long tail":  # one token of ~0.97, the rest ~6e-7 each: below the floor, 0.03 together
+        x = np.zeros(49152, np.float32)
+        x[5] = 14.3
     params = SamplingParams(1.0)
     p = standardize(x, params)
     order = np.argsort(-p, kind="stable")
