@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from drafter_svc.draft_policy import POLICY_NAMES
 from drafter_svc.drafter import DRAFTER_NAMES, MODEL_DRAFTERS, Draft
+from drafter_svc.settings import DrafterSettings
 from specdec.acceptance_params import AcceptanceParams, acceptance_from_proto, acceptance_to_proto
 from specdec.errors import InvalidArgument
 from specdec.sampling_params import SamplingParams, sampling_from_proto, sampling_to_proto
@@ -47,11 +48,12 @@ class Defaults:
     num_draft_tokens: int
     max_tree_nodes: int
     max_new_tokens_cap: int
-    draft_policy: str = "auto"
-    overlap: str = "off"
+    # The service's own defaults (settings.py), written once.
+    draft_policy: str = DrafterSettings.draft_policy
+    overlap: str = DrafterSettings.overlap
     max_prompt_tokens: int = 0  # 0: only the verifier's context length
-    model_num_draft_tokens: int = 8
-    model_max_tree_nodes: int = 8
+    model_num_draft_tokens: int = DrafterSettings.model_num_draft_tokens
+    model_max_tree_nodes: int = DrafterSettings.model_max_tree_nodes
     busy_drafter: str = ""
 
     def __post_init__(self) -> None:
