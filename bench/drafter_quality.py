@@ -8,8 +8,8 @@ category, with Leviathan et al.'s predicted speedup.
   masses: alpha is how often the argmaxes agree.
 - c: the drafter's per-token cost over the target's, each a single-token decoding step on a KV
   cache holding the prompt, timed the same way (median over the continuation's steps; the
-  target as the verifier runs it, transformers on torch; the drafter as the drafter service runs
-  it, onnxruntime).
+  target as the verifier runs it, transformers on torch with the verifier's CPU linear layout;
+  the drafter as the drafter service runs it, onnxruntime).
 - bytes of q per drafted token: the serialized SparseDistribution the drafter sends.
 - predicted speedup at draft length g: (1 - alpha^(g+1)) / ((1 - alpha)(g c + 1)) (their eq. 1
   over their section 3.4's cost model).
@@ -70,9 +70,11 @@ def measure(
     import torch
 
     from verifier_svc.model_loader import load_model, model_dir
+    from verifier_svc.target_model import TargetModel
 
     tokenizer = Tokenizer(tokenizer_dir("default"))
     target = load_model(model_dir("default"), "cpu", torch.float32)
+    as_verifier = TargetModel(target, "default")  # its CPU passes' linear layout (weight first, untuned)
     drafters = {kind: DraftModel(drafter_dir("default", kind)) for kind in kinds}
     prompts = select(load_questions(bench_dir() / QUESTIONS_FILE), rows, per_row)
     results: dict[str, dict[str, dict[str, list[float]]]] = {k: {} for k in kinds}
@@ -87,7 +89,8 @@ def measure(
             for _ in range(new_tokens):
                 sequence.append(token)
                 started = time.perf_counter()
-                out = target(torch.tensor([[token]]), past_key_values=cache, use_cache=True)
+                with as_verifier.kernels():
+                    out = target(torch.tensor([[token]]), past_key_values=cache, use_cache=True)
                 target_steps.append(time.perf_counter() - started)
                 cache, token = out.past_key_values, int(out.logits[0, -1].argmax())
             p_logits = target(torch.tensor([sequence])).logits[0, len(ids) - 1 :].float().numpy()  # [new + 1, vocab]

@@ -28,7 +28,7 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 from verifier_svc.kv_cache import KVCache
-from verifier_svc.target_model import TargetModel, attention_kernels
+from verifier_svc.target_model import TargetModel
 from verifier_svc.token_tree import TokenTree, tree_attention_mask, tree_position_ids
 
 
@@ -43,7 +43,7 @@ class PassInput:
 
 def batch_shape(inputs: Sequence[PassInput], min_rows: int = 1) -> tuple[int, int]:
     """(L, T): the padded cache length and new-token length of a pass over `inputs`. T grows
-    so that B * T >= min_rows (CPU BLAS is slow on 2-3 rows: see CPU_MIN_PASS_TOKENS)."""
+    so that B * T >= min_rows (F.linear is slow on 2-3 rows on CPU: see CPU_MIN_PASS_TOKENS)."""
     cached = max(len(x.cache) for x in inputs)
     new = max(len(x.pending) + len(x.tree) for x in inputs)
     return cached, max(new, -(-min_rows // len(inputs)))
@@ -131,7 +131,7 @@ def score_batch(target: TargetModel, inputs: Sequence[PassInput]) -> list[torch.
         ids[b, len(tokens) :] = tokens[-1]
     additive = torch.zeros(mask.shape, dtype=target.dtype).masked_fill_(~mask, torch.finfo(target.dtype).min)
     batch_cache = _padded_cache(inputs, cached, new, target)
-    with attention_kernels(target.device):
+    with target.kernels():
         hidden = target.model.base_model(
             input_ids=ids.to(target.device),
             position_ids=positions.to(target.device),
@@ -139,10 +139,10 @@ def score_batch(target: TargetModel, inputs: Sequence[PassInput]) -> list[torch.
             past_key_values=batch_cache,
             use_cache=True,
         ).last_hidden_state  # [B, new, hidden]
-    # Only the rows acceptance reads go through the output head: the root's and the nodes'.
-    rows = [(b, len(x.pending) - 1 + i) for b, x in enumerate(inputs) for i in range(len(x.tree) + 1)]
-    picked = hidden[[b for b, _ in rows], [t for _, t in rows]]  # [sum(n_b + 1), hidden]
-    logits = target.model.get_output_embeddings()(picked).float().cpu()
+        # Only the rows acceptance reads go through the output head: the root's and the nodes'.
+        rows = [(b, len(x.pending) - 1 + i) for b, x in enumerate(inputs) for i in range(len(x.tree) + 1)]
+        picked = hidden[[b for b, _ in rows], [t for _, t in rows]]  # [sum(n_b + 1), hidden]
+        logits = target.model.get_output_embeddings()(picked).float().cpu()
     for index, layer in enumerate(batch_cache.layers):
         for b, x in enumerate(inputs):
             real = len(x.pending) + len(x.tree)

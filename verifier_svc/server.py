@@ -40,8 +40,9 @@ def load_target(config: VerifierSettings) -> tuple[TargetModel, Tokenizer]:
     if config.tune_pass_sizes and target.device.type == "cpu":
         seconds = target.tune_pass_sizes()
         log.info(
-            "pass sizes: %s ms for 1..%d tokens; passes padded to %s",
-            [round(1000 * t, 1) for t in seconds], len(seconds), target.pass_tokens,
+            "pass sizes: %s ms for 1..%d tokens (linear layers %s); passes padded to %s",
+            [round(1000 * t, 1) for t in seconds], len(seconds), "weight first" if target.weight_first else "through F.linear",
+            target.pass_tokens,
         )
     return target, tokenizer
 

@@ -30,7 +30,7 @@ class VerifierSettings:
     prefix_cache_tokens: int = field(default=8192, metadata={"help": "prompt tokens whose keys/values are kept for reuse by later sessions (0: off)"})
     tune_pass_sizes: bool = field(
         default=True,
-        metadata={"help": "on CPU, time passes of 1-16 tokens at start (~3 s) and pad each lone pass to the fastest size at or above its own (pass_sizes.py)"},
+        metadata={"help": "on CPU, time passes of 1-16 tokens at start in both linear layouts (~8 s), keep the faster layout (linear_layout.py) and pad each lone pass to the fastest size at or above its own (pass_sizes.py)"},
     )
     cpus: str = field(default="", metadata={"help": "CPU list to pin this process to, e.g. 0 or 0-1,3 (empty: all it may use)"})
     torch_threads: int = field(default=0, metadata={"help": "torch intra-op threads (0: one per --cpus CPU if pinned, else torch's default)"})

@@ -12,13 +12,15 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformers import PreTrainedModel
 
 from verifier_svc.kv_cache import KVCache
+from verifier_svc.linear_layout import linear_switch
 from verifier_svc.pass_sizes import fastest_at_least
 from verifier_svc.token_tree import TokenTree, chain, tree_attention_mask, tree_position_ids
 
-# On CPU, BLAS runs matrix products with 2 or 3 rows 2-3x slower than with 4 (measured with
+# On CPU, F.linear runs matrix products with 2 or 3 rows 2-3x slower than with 4 (measured with
 # torch 2.13's MKL on a 2-core AMD EPYC: the model's linear layers take 10 ms for 1 row, 23 ms
-# for 2, 34 ms for 3, 17 ms for 4), so a 2- or 3-token pass is padded to this many tokens until
-# `tune_pass_sizes` has timed the machine's own (pass_sizes.py).
+# for 2, 34 ms for 3, 17 ms for 4), so a target whose passes run through it (where
+# tune_pass_sizes timed it faster than weight first: linear_layout.py) pads a batched pass to
+# this many rows. Weight first, as a CPU target runs until tuned, nothing is padded.
 CPU_MIN_PASS_TOKENS = 4
 
 # On CUDA, the attention kernels a pass may use: not cuDNN's. With a mask in bfloat16, torch
@@ -45,14 +47,33 @@ class TargetModel:
         self.dtype = next(model.parameters()).dtype
         self.vocab_size: int = model.config.vocab_size
         self.context_length: int = model.config.max_position_embeddings
-        self.min_pass_tokens = CPU_MIN_PASS_TOKENS if self.device.type == "cpu" else 1
+        # On CPU the linear layers of this model's passes run weight first (linear_layout.py)
+        # unless tune_pass_sizes timed F.linear faster; elsewhere they are left as they are.
+        self.linear_switch = linear_switch(model) if self.device.type == "cpu" else None
+        self.weight_first = False
+        self.min_pass_tokens = 1  # a batched pass has at least this many token rows
+        self.set_linear_layout(True)
         # pass_tokens[r - 1]: the tokens a lone pass of r real tokens runs with (padding the
         # rest); past its end, r itself.
-        self.pass_tokens: list[int] = [1, *[max(r, self.min_pass_tokens) for r in range(2, self.min_pass_tokens + 1)]]
+        self.pass_tokens: list[int] = [1]
         # pass_seconds[r - 1]: what a lone pass of r real tokens took, padded, after
         # pass_context_tokens cached ones, as tune_pass_sizes timed it (empty: not timed).
         self.pass_seconds: list[float] = []
         self.pass_context_tokens = 0
+
+    def set_linear_layout(self, weight_first: bool) -> None:
+        """Run this target's CPU passes weight first or through F.linear, whose batched passes
+        then have at least CPU_MIN_PASS_TOKENS rows. Off the CPU passes stay as they are."""
+        self.weight_first = weight_first and self.linear_switch is not None
+        self.min_pass_tokens = CPU_MIN_PASS_TOKENS if self.linear_switch is not None and not weight_first else 1
+
+    def kernels(self) -> contextlib.AbstractContextManager:
+        """The context every pass of this target runs in: its attention kernels and its linear layout."""
+        stack = contextlib.ExitStack()
+        stack.enter_context(attention_kernels(self.device))
+        if self.linear_switch is not None:
+            stack.enter_context(self.linear_switch.set(self.weight_first))
+        return stack
 
     def new_cache(self) -> KVCache:
         return KVCache(self.model.config)
@@ -85,7 +106,7 @@ class TargetModel:
             mask = torch.cat([mask, pad_rows], dim=0)
         # An additive float mask: what both the eager and the SDPA attention accept.
         additive = torch.zeros(mask.shape, dtype=self.dtype).masked_fill_(~mask, torch.finfo(self.dtype).min)
-        with attention_kernels(self.device):
+        with self.kernels():
             out = self.model(
                 input_ids=torch.tensor([ids], dtype=torch.long, device=self.device),
                 position_ids=positions.unsqueeze(0).to(self.device),
@@ -99,20 +120,30 @@ class TargetModel:
 
     def tune_pass_sizes(self, context_tokens: int = 128, max_tokens: int = 16, repeats: int = 3) -> list[float]:
         """Time lone passes of 1..max_tokens tokens after a context of context_tokens (the
-        fastest of `repeats`, sizes interleaved so that a burst of contention hits them alike)
-        and pad each pass to the fastest size at or above it from now on (pass_sizes.py), whose
-        seconds become pass_seconds. Returns the seconds measured, unpadded."""
+        fastest of `repeats`, sizes and, on CPU, both linear layouts interleaved so that a burst
+        of contention hits them alike). Keep the layout whose passes, each padded to the fastest
+        size at or above it (pass_sizes.py), take less time summed over the sizes, and pad so
+        from now on; those padded seconds become pass_seconds. Returns the kept layout's seconds
+        measured, unpadded."""
+        layouts = [True, False] if self.linear_switch is not None else [self.weight_first]
         self.pass_tokens = []  # time the sizes themselves, unpadded
-        best = [float("inf")] * max_tokens
+        best = {layout: [float("inf")] * max_tokens for layout in layouts}
         cache = self.new_cache()
         self.score(cache, [1] * context_tokens, chain([]))
         for _ in range(repeats):
             for size in range(1, max_tokens + 1):
-                started = time.perf_counter()
-                self.score(cache, [1], chain([1] * (size - 1)))
-                best[size - 1] = min(best[size - 1], time.perf_counter() - started)
-                cache.truncate(context_tokens)
-        self.pass_tokens = fastest_at_least(best)
-        self.pass_seconds = [best[size - 1] for size in self.pass_tokens]
+                for layout in layouts:
+                    self.weight_first = layout
+                    started = time.perf_counter()
+                    self.score(cache, [1], chain([1] * (size - 1)))
+                    best[layout][size - 1] = min(best[layout][size - 1], time.perf_counter() - started)
+                    cache.truncate(context_tokens)
+
+        def padded(layout: bool) -> list[float]:
+            return [best[layout][size - 1] for size in fastest_at_least(best[layout])]
+
+        self.set_linear_layout(min(layouts, key=lambda layout: sum(padded(layout))))
+        self.pass_tokens = fastest_at_least(best[self.weight_first])
+        self.pass_seconds = padded(self.weight_first)
         self.pass_context_tokens = context_tokens
-        return best
+        return best[self.weight_first]
