@@ -10,7 +10,8 @@ doubled into two columns, reads them about 2.5 times as fast. Over SmolLM2-135M'
 cache: 1 token 56.3 -> 30.7 ms, 4 tokens 79.4 -> 40.9 ms, 8 tokens 84.5 -> 63.6 ms.
 
 Every output is the same dot product summed in another order: logits differ from F.linear's by
-float rounding (at most 6e-5 on five passes measured), as they already do between pass sizes.
+float rounding (3-6e-5 on logits up to ~30 in the passes checked), as they already differ
+between pass sizes.
 
 `linear_switch(model)` makes the model's nn.Linear layers switchable; they run weight first only
 while a pass has switched them on (TargetModel, which also times both layouts when it tunes its
@@ -25,8 +26,9 @@ from collections.abc import Iterator
 
 import torch
 
-# Passes of more rows (prefills, big batches) keep F.linear: weight first was measured to gain
-# from 1 to 64 rows, not beyond.
+# Passes of more rows (prefills, big batches) keep F.linear: weight first was measured as fast
+# or faster at 1-11 and 16-64 rows (slower at 12-15 alone, which lone passes pad to 16: see
+# pass_sizes.py), and not beyond.
 MAX_WEIGHT_FIRST_ROWS = 64
 
 
