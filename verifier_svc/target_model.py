@@ -50,9 +50,7 @@ class TargetModel:
         # On CPU the linear layers of this model's passes run weight first (linear_layout.py)
         # unless tune_pass_sizes timed F.linear faster; elsewhere they are left as they are.
         self.linear_switch = linear_switch(model) if self.device.type == "cpu" else None
-        self.weight_first = False
-        self.min_pass_tokens = 1  # a batched pass has at least this many token rows
-        self.set_linear_layout(True)
+        self.weight_first = self.linear_switch is not None
         # pass_tokens[r - 1]: the tokens a lone pass of r real tokens runs with (padding the
         # rest); past its end, r itself.
         self.pass_tokens: list[int] = [1]
@@ -61,11 +59,10 @@ class TargetModel:
         self.pass_seconds: list[float] = []
         self.pass_context_tokens = 0
 
-    def set_linear_layout(self, weight_first: bool) -> None:
-        """Run this target's CPU passes weight first or through F.linear, whose batched passes
-        then have at least CPU_MIN_PASS_TOKENS rows. Off the CPU passes stay as they are."""
-        self.weight_first = weight_first and self.linear_switch is not None
-        self.min_pass_tokens = CPU_MIN_PASS_TOKENS if self.linear_switch is not None and not weight_first else 1
+    @property
+    def min_pass_tokens(self) -> int:
+        """The token rows a batched pass has at least: CPU_MIN_PASS_TOKENS through F.linear on CPU."""
+        return CPU_MIN_PASS_TOKENS if self.linear_switch is not None and not self.weight_first else 1
 
     def kernels(self) -> contextlib.AbstractContextManager:
         """The context every pass of this target runs in: its attention kernels and its linear layout."""
@@ -138,12 +135,10 @@ class TargetModel:
                     self.score(cache, [1], chain([1] * (size - 1)))
                     best[layout][size - 1] = min(best[layout][size - 1], time.perf_counter() - started)
                     cache.truncate(context_tokens)
-
-        def padded(layout: bool) -> list[float]:
-            return [best[layout][size - 1] for size in fastest_at_least(best[layout])]
-
-        self.set_linear_layout(min(layouts, key=lambda layout: sum(padded(layout))))
-        self.pass_tokens = fastest_at_least(best[self.weight_first])
-        self.pass_seconds = padded(self.weight_first)
+        sizes = {layout: fastest_at_least(best[layout]) for layout in layouts}
+        padded = {layout: [best[layout][size - 1] for size in sizes[layout]] for layout in layouts}
+        self.weight_first = min(layouts, key=lambda layout: sum(padded[layout]))
+        self.pass_tokens = sizes[self.weight_first]
+        self.pass_seconds = padded[self.weight_first]
         self.pass_context_tokens = context_tokens
         return best[self.weight_first]

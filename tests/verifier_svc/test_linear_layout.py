@@ -55,7 +55,7 @@ def test_passes_in_either_layout_give_the_same_logits(reference_model, tokenizer
     for weight_first in (True, False):
         target = TargetModel(reference_model, "layout")
         assert target.weight_first  # the CPU default until tuned
-        target.set_linear_layout(weight_first)
+        target.weight_first = weight_first
         cache = target.new_cache()
         prefill = target.score(cache, prompt[:-1], chain([]))
         one = target.score(cache, prompt[-1:], chain([]))

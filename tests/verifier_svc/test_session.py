@@ -129,10 +129,10 @@ def test_padded_short_pass_scores_like_an_unpadded_one(target: TargetModel, toke
     """A 2- and a 3-token pass padded to 4, as F.linear's layout pads them on CPU (target_model.py)."""
     prompt = tokenizer.encode("Speculative decoding is")
     padded = TargetModel(target.model, "padded")
-    padded.set_linear_layout(False)
+    padded.weight_first = False
     padded.pass_tokens = [1, 4, 4, 4]
     unpadded = TargetModel(target.model, "unpadded")
-    unpadded.set_linear_layout(False)
+    unpadded.weight_first = False
     results = []
     for model in (padded, unpadded):
         cache = model.new_cache()
