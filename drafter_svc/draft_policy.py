@@ -73,9 +73,21 @@ copy token equals the emitted one, along the prefix where they agree, is an unbi
 its acceptance probability (greedy: exactly it), and the choice needs no exploration. Other
 policies send the copy draft whenever there is one, cut by their own rule.
 
-Pure: no I/O, no gRPC. `PolicyState` is per drafter process (learned acceptance, per drafter and
-per kind of verification: greedy, speculative sampling or the exponential race; pass costs),
-`SessionPolicy` per generation; asyncio runs them between awaits, so no locks are needed.
+Prompts longer than the drafter's window: a model drafter reads only the last tokens of a long
+prompt (onnx_drafter.PROMPT_WINDOW), so its drafts there agree with the target less (one traced
+Spec-Bench run at T=1, `hybrid`: model labels averaged 0.57-0.87 per session after prompts of
+611-926 tokens, 0.92-0.96 after prompts of 33-127). One learned state for both was wrong for
+both: a long session started from the short ones' mean (0.93-0.96) and drafted full depth in its
+first rounds, and each time it stopped drafting it relaxed back towards that mean and drafted a
+token every fourth round, at a loss; a short session after long ones started at 0.63-0.77.
+Such sessions (`partial_prompt`) have a predictor and a mean acceptance of their own, and their
+drafter reads the prompt beside the verifier's prefill only if its drafts are expected to pay at
+that mean (`read_prompt`; the read delayed a long prompt's first token by ~0.3 s on 2 cores).
+
+Pure: no I/O, no gRPC. `PolicyState` is per drafter process (learned acceptance, per drafter, per
+kind of verification: greedy, speculative sampling or the exponential race, and per whether the
+drafter reads the whole prompt; pass costs), `SessionPolicy` per generation; asyncio runs them
+between awaits, so no locks are needed.
 """
 
 from __future__ import annotations
@@ -112,6 +124,10 @@ PROBE_AFTER_MAX = 12
 # processes on MT-bench and QA at temperature 0). A session's own labels still move its rate
 # within a few rounds.
 PRIOR_ACCEPTANCE: dict[str, float] = {"onnx-quantized": 0.9, "hybrid": 0.9}
+# After this many sessions of a kind in a row left a long prompt unread (`read_prompt`), the next
+# one reads it anyway: the kind's mean acceptance learns only from sessions that draft, and would
+# otherwise never be tested again.
+READ_AFTER_UNREAD = 4
 
 
 def expected_tokens(alpha: float, k: int) -> float:
@@ -190,19 +206,22 @@ class PolicyState:
         self.load_weight = load_weight
         self.costs = PassCostModel()
         self.costs_seeded = False
-        # Keyed by (drafter, greedy, race): the labels of greedy verification are 1 when a token
-        # is the target's argmax, a sampled session's are min(1, p/q) (p itself for a copy), so
-        # the same draft has two acceptance rates (a copy of p = 0.6 is accepted whole, or 0.6 of
-        # the time), and one predictor fed both is wrong for both. The exponential race accepts
-        # a sampled draft less often than speculative sampling does (its labels:
-        # verifier_svc/acceptance.py, race_agreement), so it is a third kind.
-        self.predictors: dict[tuple[str, bool, bool], AcceptancePredictor] = {}
-        self.mean_acceptance: dict[tuple[str, bool, bool], SessionAcceptance] = {}
+        # Keyed by (drafter, greedy, race, partial): the labels of greedy verification are 1 when
+        # a token is the target's argmax, a sampled session's are min(1, p/q) (p itself for a
+        # copy), so the same draft has two acceptance rates (a copy of p = 0.6 is accepted whole,
+        # or 0.6 of the time), and one predictor fed both is wrong for both. The exponential race
+        # accepts a sampled draft less often than speculative sampling does (its labels:
+        # verifier_svc/acceptance.py, race_agreement), so it is a third kind. `partial`: a model
+        # drafter that reads only its window of a longer prompt (module docstring, "Prompts
+        # longer than the drafter's window").
+        self.predictors: dict[tuple[str, bool, bool, bool], AcceptancePredictor] = {}
+        self.mean_acceptance: dict[tuple[str, bool, bool, bool], SessionAcceptance] = {}
         # The pass of the latest verdict any session got: a new session's first guess at the load
         # (with several verifiers, of whichever answered last), until its own first verdict.
         self.last_price: LoadPrice | None = None
         self.last_multi: LoadPrice | None = None  # the latest of those that held several rounds
         self.open_sessions = 0  # generations of this process under way (the servicer counts them)
+        self.unread: dict[tuple[str, bool, bool, bool], int] = {}  # sessions in a row that left a long prompt unread
 
     def seed_costs(self, pass_seconds: Sequence[float], context_tokens: int) -> None:
         """Start the pass cost model from a verifier's own timings (ModelInfo.pass_seconds), once,
@@ -217,15 +236,17 @@ class PolicyState:
         price = self.last_price
         return self.open_sessions > 1 or (price is not None and max(price.rounds, price.open_sessions) >= 2)
 
-    def predictor(self, drafter: str, greedy: bool = True, race: bool = False) -> AcceptancePredictor:
+    def predictor(self, drafter: str, greedy: bool = True, race: bool = False, partial: bool = False) -> AcceptancePredictor:
         """The acceptance predictor of `drafter`'s drafts under greedy verification, speculative
-        sampling, or (`race`) the exponential race."""
-        return self.predictors.setdefault((drafter, greedy, race), AcceptancePredictor())
+        sampling, or (`race`) the exponential race; `partial`: in sessions whose prompt the
+        drafter reads only the end of."""
+        return self.predictors.setdefault((drafter, greedy, race, partial), AcceptancePredictor())
 
-    def drafter_acceptance(self, drafter: str, greedy: bool = True, race: bool = False) -> SessionAcceptance:
+    def drafter_acceptance(self, drafter: str, greedy: bool = True, race: bool = False, partial: bool = False) -> SessionAcceptance:
         """The mean acceptance of `drafter`'s drafts under greedy verification, speculative
-        sampling, or (`race`) the exponential race."""
-        key = (drafter, greedy, race)
+        sampling, or (`race`) the exponential race; `partial`: in sessions whose prompt the
+        drafter reads only the end of."""
+        key = (drafter, greedy, race, partial)
         return self.mean_acceptance.setdefault(key, SessionAcceptance(prior=PRIOR_ACCEPTANCE.get(drafter, 0.5), rate=0.05))
 
 
@@ -235,22 +256,24 @@ class SessionPolicy:
 
     def __init__(
         self, name: str, drafter: str, state: PolicyState, prompt_tokens: int = 0, greedy: bool = True, max_new_tokens: int = 0,
-        race: bool = False,
+        race: bool = False, partial_prompt: bool = False,
     ) -> None:
         """prompt_tokens: the prompt's length, which the first round's pass scores too; greedy: the
         session's verification (else speculative sampling, or with `race` the exponential race);
         max_new_tokens: the session's limit (0: unknown; a model's read of the prompt is then
-        priced against one round)."""
+        priced against one round); partial_prompt: the drafter reads only the end of the prompt
+        (its window), so its drafts are learned apart (module docstring)."""
         if name not in POLICY_NAMES:
             raise ValueError(f"unknown draft policy {name!r}; expected one of {', '.join(POLICY_NAMES)}")
         self.name = name
         self.drafter = drafter
         self.greedy = greedy
         self.race = race and not greedy
+        self.partial_prompt = partial_prompt
         self.state = state
-        self.session = SessionAcceptance(prior=state.drafter_acceptance(drafter, greedy, self.race).alpha)
+        self.session = SessionAcceptance(prior=state.drafter_acceptance(*self.kind()).alpha)
         # The copy drafts of a hybrid session: their own rate and predictor (module docstring).
-        self.copy_session = SessionAcceptance(prior=state.drafter_acceptance(COPY, greedy, self.race).alpha)
+        self.copy_session = SessionAcceptance(prior=state.drafter_acceptance(*self.kind(copied=True)).alpha)
         self.load = 0  # rounds ahead of our last round in the verifier
         self.price: LoadPrice | None = None  # the pass of our last verdict
         self.declined = 0  # rounds in a row that sent nothing although there was a draft
@@ -260,6 +283,14 @@ class SessionPolicy:
         self.emitted = 0  # tokens the verdicts emitted so far
         self.probe_after = PROBE_AFTER
         self.probing = False  # the round in flight is a probe
+        self.prompt_unread = False  # read_prompt said no: a probe pays the whole read
+
+    def kind(self, copied: bool = False) -> tuple[str, bool, bool, bool]:
+        """The key of PolicyState's learned acceptance for this session's drafts (a hybrid
+        session's copy drafts with `copied`, which read the whole context)."""
+        if copied:
+            return COPY, self.greedy, self.race, False
+        return self.drafter, self.greedy, self.race, self.partial_prompt
 
     def cost(self) -> RelativeCost:
         """A round's cost in plain rounds (module docstring, "Load")."""
@@ -380,11 +411,33 @@ class SessionPolicy:
         if step_seconds is None:
             return copy_rate > 1.0 / cost.of(0)
         step, first = self.step_cost(step_seconds), self.catch_up_cost(catch_up_seconds, reads_prompt, max_depth)
-        model_rate = max(
+        return copy_rate > max(self.chain_rates(cost, step, first, max_depth, max_nodes))
+
+    def chain_rates(self, cost: RelativeCost, step: float, first: float, max_depth: int, max_nodes: int) -> list[float]:
+        """Leviathan's expected tokens per unit of cost of a model drafter's chain of k = 0..max_depth
+        tokens at the session's rate: the round's `cost`, `step` per token and, for k >= 1,
+        `first` (the first step's extra), in plain rounds."""
+        return [
             expected_tokens(self.session.alpha, k) / (cost.of(scaled_nodes(k, max_depth, max_nodes)) + (step * k + first) * (k > 0))
             for k in range(max_depth + 1)
-        )
-        return copy_rate > model_rate
+        ]
+
+    def read_prompt(self, step_seconds: float, read_seconds: float, max_depth: int, max_nodes: int) -> bool:
+        """Whether a model drafter (steps of `step_seconds`) should read a long prompt beside the
+        verifier's prefill (`read_seconds` beyond a step; module docstring, "Prompts longer than
+        the drafter's window"): its best chain at the session's rate, in a lone round after the
+        first, with the read spread over the session's rounds (read_share), emits more tokens per
+        unit of cost than plain decoding; or READ_AFTER_UNREAD sessions of its kind in a row
+        left theirs unread. Counts the sessions that do not read."""
+        key, plain = self.kind(), self.state.costs.plain(self.context())
+        first = read_seconds / plain * self.read_share(max_depth)
+        rates = self.chain_rates(self.state.costs.relative(self.context()), step_seconds / plain, first, max_depth, max_nodes)
+        if max(rates[1:], default=0.0) > rates[0] or self.state.unread.get(key, 0) >= READ_AFTER_UNREAD:
+            self.state.unread[key] = 0
+            return True
+        self.state.unread[key] = self.state.unread.get(key, 0) + 1
+        self.prompt_unread = True
+        return False
 
     def probe_due(self) -> bool:
         """A pricing policy has declined PROBE_AFTER (with backoff) rounds in a row: send the best
@@ -416,7 +469,10 @@ class SessionPolicy:
         step = self.step_cost(step_seconds)
         # paid by any draft (sunk once j > 0)
         first = self.catch_up_cost(catch_up_seconds, reads_prompt, max_depth) if j == 0 else 0.0
-        if self.probe_due() and j == 0 and first < 1.0:  # no probe that costs more than a plain round
+        # No probe that costs more than a plain round; nor one that reads a prompt left unread
+        # because drafting would not pay: the read would not be shared.
+        whole = self.step_cost(catch_up_seconds) if reads_prompt and self.prompt_unread else first
+        if self.probe_due() and j == 0 and whole < 1.0:
             return True
         cost = self.cost()
         if self.name == "leviathan":
@@ -435,8 +491,8 @@ class SessionPolicy:
         return max(rate(e, e) for e in range(j + 1, max_depth + 1)) > max(rate(d, j) for d in range(j + 1))
 
     def predict(self, draft: Draft, nodes: Sequence[int], copied: bool = False) -> np.ndarray:
-        drafter, session = (COPY, self.copy_session) if copied else (self.drafter, self.session)
-        return self.state.predictor(drafter, self.greedy, self.race).predict(node_features(draft, nodes), session.alpha)
+        session = self.copy_session if copied else self.session
+        return self.state.predictor(*self.kind(copied)).predict(node_features(draft, nodes), session.alpha)
 
     def choose(self, draft: Draft, max_depth: int, max_nodes: int, step_seconds: float = 0.0, copied: bool = False) -> Draft:
         """`draft` cut to this policy's depth and the node budget scaled to it."""
@@ -479,7 +535,7 @@ class SessionPolicy:
         if had_draft and not path:
             # The policy chose not to draft: no labels. Relax towards the drafter's mean so that a
             # session whose acceptance once dropped tries again.
-            mean = self.state.drafter_acceptance(self.drafter, self.greedy, self.race).alpha
+            mean = self.state.drafter_acceptance(*self.kind()).alpha
             self.session.alpha += 0.25 * (mean - self.session.alpha)
 
     def observe_unsent_copy(self, copy_draft: Draft, emitted: Sequence[int]) -> None:
@@ -496,7 +552,7 @@ class SessionPolicy:
             self._learn(copy_draft, path[: len(labels)], labels, copied=True)
 
     def _learn(self, draft: Draft, path: Sequence[int], labels: list[float], copied: bool) -> None:
-        drafter, session = (COPY, self.copy_session) if copied else (self.drafter, self.session)
-        self.state.predictor(drafter, self.greedy, self.race).update(node_features(draft, path), labels, session.alpha)
+        session = self.copy_session if copied else self.session
+        self.state.predictor(*self.kind(copied)).update(node_features(draft, path), labels, session.alpha)
         session.update(labels)
-        self.state.drafter_acceptance(drafter, self.greedy, self.race).update(labels)
+        self.state.drafter_acceptance(*self.kind(copied)).update(labels)

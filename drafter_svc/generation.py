@@ -12,7 +12,8 @@ policy before each model step whether the next token pays for it (draft_policy.p
 cost"); the choice of depth then counts the steps drafted. Under an adaptive policy, after a
 prompt of over PARALLEL_PREFILL_TOKENS, their first round sends no model draft, so that a lone
 session's prefill of the prompt in the verifier and the drafter's own prefill run at the same
-time (on two cores) instead of one after the other; with
+time (on two cores) instead of one after the other, if the policy expects the model's drafts to
+pay after such a prompt (`SessionPolicy.read_prompt`; else a draft reads it first); with
 overlap on, that thread also pre-drafts the second round. With other sessions under way the
 drafter neither prefills nor pre-drafts in the first round: the verifier has work for every core
 (load benchmark with the ONNX drafter: eight such prefills at once cut throughput to 0.62x of
@@ -170,17 +171,18 @@ async def generate(
     # output, whatever is drafted: specdec/coupled_sampling.py); its model drafts join that race.
     race = race_seed(request.seed, request.sampling, request.acceptance) is not None
     drafter = make_drafter(request.drafter, request.sampling, request.seed, 0, models, race)
+    model_drafter = request.drafter in MODEL_DRAFTERS and request.num_draft_tokens > 0
+    partial_prompt = model_drafter and not drafter.reads_all_of(len(request.prompt_token_ids))  # type: ignore[attr-defined]
     policy = SessionPolicy(
         request.draft_policy, request.drafter, policies or PolicyState(), len(request.prompt_token_ids), request.sampling.greedy,
-        request.max_new_tokens, race,
+        request.max_new_tokens, race, partial_prompt,
     )
-    model_drafter = request.drafter in MODEL_DRAFTERS and request.num_draft_tokens > 0
-    # An adaptive policy sends a model drafter's first round without a model draft, so that its
-    # prefill of a long prompt runs during the verifier's; `fixed` drafts every round, the first
-    # included, as does any policy after a short prompt (read in a step or two).
-    parallel_prefill = (
-        model_drafter and request.draft_policy != "fixed" and len(request.prompt_token_ids) > PARALLEL_PREFILL_TOKENS
-    )
+    # An adaptive policy sends a model drafter's first round after a long prompt without a model
+    # draft, so that the drafter's read of the prompt runs during the verifier's prefill (or, if
+    # the policy expects its drafts not to pay, does not run: `SessionPolicy.read_prompt`);
+    # `fixed` drafts every round, the first included, as does any policy after a short prompt
+    # (read in a step or two).
+    long_prompt = model_drafter and request.draft_policy != "fixed" and len(request.prompt_token_ids) > PARALLEL_PREFILL_TOKENS
     if model_drafter:  # it asks the policy before each model step (draft_policy.py, "Drafting cost")
         drafter.keep_drafting = policy.keep_drafting  # type: ignore[attr-defined]
     # A hybrid session's free copy drafts, weighed each round against drafting with the model.
@@ -204,7 +206,7 @@ async def generate(
             full = draft = copy_draft = Draft.point_masses([])
             asked = False  # the drafter was asked for a draft (a model drafter may decline: draft_policy.py)
             copied = False  # a hybrid session sends its copy draft this round
-            prefilling = parallel_prefill and stats.rounds == 0  # the model drafter reads the prompt meanwhile
+            prefilling = long_prompt and stats.rounds == 0  # the model drafter may read the prompt meanwhile
             if budget > 0 and policy.may_draft() and copier is not None and ahead is None:
                 copy_draft = copier.propose(context, budget, request.max_tree_nodes)
                 model_step = None if prefilling else drafter.step_seconds  # type: ignore[attr-defined]
@@ -241,7 +243,9 @@ async def generate(
             # would be declined.
             spare_cores = not (model_drafter and stats.rounds == 0) or not policy.state.busy()
             work: list[Callable[[], None]] = []
-            if parallel_prefill and stats.rounds == 0 and spare_cores:
+            if prefilling and spare_cores and policy.read_prompt(
+                drafter.step_seconds, drafter.catch_up_seconds(context), budget, request.max_tree_nodes  # type: ignore[attr-defined]
+            ):
                 work.append(functools.partial(drafter.prefill, context))  # type: ignore[attr-defined]
             if prefetcher is not None and policy.may_draft() and spare_cores:
                 work.append(functools.partial(prefetcher.start, context, draft, next_budget, request.max_tree_nodes))

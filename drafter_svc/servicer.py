@@ -85,6 +85,6 @@ class DrafterServicer(drafter_pb2_grpc.DrafterServicer):
             "pass costs after %d rounds: plain %.1f ms, with n drafts %.1f + %.2f n ms (at %d cached tokens);"
             " predictor weights %s",
             costs.observations, 1000 * costs.plain(), 1000 * fixed, 1000 * per_node, PRIOR_CONTEXT,
-            {f"{name}{'' if greedy else ' (raced)' if race else ' (sampled)'}": [round(float(w), 2) for w in p.weights]
-             for (name, greedy, race), p in self.policies.predictors.items()},
+            {f"{name}{'' if greedy else ' (raced)' if race else ' (sampled)'}{' (long prompts)' if partial else ''}":
+             [round(float(w), 2) for w in p.weights] for (name, greedy, race, partial), p in self.policies.predictors.items()},
         )

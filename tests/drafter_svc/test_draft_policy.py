@@ -14,6 +14,7 @@ from drafter_svc.acceptance_predictor import SessionAcceptance
 from drafter_svc.draft_policy import (
     DEFAULT_STOP_THRESHOLD,
     PROBE_AFTER,
+    READ_AFTER_UNREAD,
     LoadPrice,
     POLICY_NAMES,
     PolicyState,
@@ -613,3 +614,55 @@ def test_a_fresh_process_drafts_with_the_int8_model_after_a_short_prompt() -> No
     for drafter in ("onnx-quantized", "hybrid"):
         policy = SessionPolicy("auto", drafter, PolicyState(), prompt_tokens=53)
         assert policy.keep_drafting(Draft.point_masses([]), 6, 6, 0.027, 53 * 0.0028 - 0.027)
+
+
+def test_sessions_whose_drafter_reads_part_of_the_prompt_learn_apart() -> None:
+    """A model drafter reads only its window of a long prompt, so it agrees with the target less
+    there: what such sessions learn stays with them, and a session that stopped drafting relaxes
+    towards their mean, not towards the short prompts' (draft_policy.py, "Prompts longer than the
+    drafter's window"). Copies read the whole context: theirs is shared."""
+    state = PolicyState()
+    chain = _chain([1, 2, 3, 4], 1.0)
+    for _ in range(20):
+        long = SessionPolicy("auto", "hybrid", state, greedy=False, partial_prompt=True)
+        for _ in range(10):
+            long.observe(chain, [0.3] * len(chain), seconds(4), 0, first_round=False, had_draft=True)
+    fresh = SessionPolicy("auto", "hybrid", PolicyState(), greedy=False)
+    short = SessionPolicy("auto", "hybrid", state, greedy=False)
+    assert short.session.alpha == fresh.session.alpha
+    np.testing.assert_allclose(short.predict(chain, range(len(chain))), fresh.predict(chain, range(len(chain))))
+    later = SessionPolicy("auto", "hybrid", state, greedy=False, partial_prompt=True)
+    assert later.session.alpha < 0.35
+    assert later.copy_session.alpha == short.copy_session.alpha
+    later.session.alpha = 0.1
+    for _ in range(20):  # rounds in which it declined to draft: no labels
+        later.observe(Draft.point_masses([]), [], seconds(0), 0, first_round=False, had_draft=True)
+    assert later.session.alpha < 0.35
+
+
+def test_a_long_prompt_is_read_only_where_the_models_drafts_are_expected_to_pay() -> None:
+    """read_prompt: after a long prompt the model drafter reads it beside the verifier's prefill
+    if its chains pay at the session's rate (its kind's mean); a session that leaves it unread
+    does not read it to probe either (the read would not be shared); and every
+    READ_AFTER_UNREAD + 1-th session of a kind reads anyway, so the kind's mean is tested."""
+    state = PolicyState()
+    plain = state.costs.plain(700)
+    step, read = 0.4 * plain, 3.0 * plain
+
+    def session() -> SessionPolicy:
+        return SessionPolicy("auto", "hybrid", state, prompt_tokens=700, greedy=False, max_new_tokens=128, partial_prompt=True)
+
+    assert session().read_prompt(step, read, 6, 6)  # the prior, 0.9: the model pays
+    state.drafter_acceptance("hybrid", greedy=False, partial=True).alpha = 0.3
+    answers = [session().read_prompt(step, read, 6, 6) for _ in range(2 * (READ_AFTER_UNREAD + 1))]
+    assert answers == ([False] * READ_AFTER_UNREAD + [True]) * 2
+    assert SessionPolicy("auto", "hybrid", state, prompt_tokens=700, greedy=False, max_new_tokens=128).read_prompt(step, read, 6, 6)
+
+    unread, not_asked = session(), session()  # not_asked: say other sessions kept the cores busy
+    assert not unread.read_prompt(step, read, 6, 6)
+    for policy in (unread, not_asked):
+        for _ in range(PROBE_AFTER):
+            policy.observe(Draft.point_masses([]), [], seconds(0), 0, first_round=False, had_draft=True)
+    assert not unread.keep_drafting(Draft.point_masses([]), 6, 6, step, read, reads_prompt=True)
+    assert not_asked.keep_drafting(Draft.point_masses([]), 6, 6, step, read, reads_prompt=True)  # a probe
+

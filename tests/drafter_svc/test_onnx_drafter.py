@@ -137,9 +137,9 @@ def test_the_policy_is_asked_before_each_step_and_a_stop_saves_the_steps(tiny) -
 
 
 def test_the_first_step_is_priced_with_the_context_it_must_read_first(tiny) -> None:  # type: ignore[no-untyped-def]
-    """Before its first call a drafter that has not read the context reports the read's extra
-    seconds (tokens x the model's per-token seconds, beyond one step); after a prefill only the
-    last token is left to run."""
+    """Before its first call a drafter reports what that call costs beyond a step: the tokens it
+    reads besides the step's own, at the model's per-token seconds (the whole context for a
+    drafter that has not read it); after a prefill only the last token is left to run."""
     _, folder = tiny
     context = list(range(1, 41))
     offered: list[float] = []
@@ -155,12 +155,12 @@ def test_the_first_step_is_priced_with_the_context_it_must_read_first(tiny) -> N
     prefilled.prefill(context)  # 40 tokens: times the model's per-token seconds
     model = prefilled.model
     assert model.token_seconds > 0 and fresh.pending_tokens(context) == 40 and prefilled.pending_tokens(context) == 1
-    per_token = model.step_seconds = model.token_seconds  # one step: as long as a token of a prefill, here
+    per_token = model.token_seconds
     fresh.propose(context, 3)  # its 40-token read then updates token_seconds
     assert offered == [pytest.approx(39 * per_token), 0.0]  # the read, then (one token drafted) nothing
     assert reads == [True, False]  # the read is the prompt's
-    fresh.propose([*context, 41, 42], 3)  # now only the tokens emitted since
-    assert reads == [True, False, False, False] and offered[2] == pytest.approx(max(0.0, 2 * model.token_seconds - per_token))
+    fresh.propose([*context, 41, 42], 3)  # now only the two tokens emitted since: the step's and one more
+    assert reads == [True, False, False, False] and offered[2] == pytest.approx(model.token_seconds)
 
 
 def test_prefill_leaves_only_the_last_token_to_run(tiny) -> None:  # type: ignore[no-untyped-def]
@@ -177,6 +177,7 @@ def test_a_window_reads_the_prompts_last_tokens_and_everything_after(tiny) -> No
     model = load_draft_model(folder)
     windowed = OnnxDrafter(model, SamplingParams(0.0), np.random.default_rng(0), window=3)
     whole = OnnxDrafter(model, SamplingParams(0.0), np.random.default_rng(0), window=0)
+    assert windowed.reads_all_of(3) and not windowed.reads_all_of(len(CONTEXT)) and whole.reads_all_of(len(CONTEXT))
     first = windowed.propose(CONTEXT, 4)
     assert first == whole.propose(CONTEXT[-3:], 4)
     grown = CONTEXT + first.token_ids[:2] + [5]  # two drafts accepted, then the verifier's token
