@@ -313,8 +313,8 @@ class OnnxDrafter:
 
     def catch_up_seconds(self, context: Sequence[int]) -> float:
         """What the first model call after `context` costs beyond one step: the tokens it reads
-        besides the step's own (the prompt window, or those emitted since the last draft but
-        one) at the model's `token_seconds`. One call of n tokens took a step and (n - 1) x
+        (the prompt window, or those emitted since the last draft) but the one a step reads
+        anyway, at the model's `token_seconds`. One call of n tokens took a step and (n - 1) x
         1.3-1.5 ms on this CPU, n = 1-16, after 150 and 300 cached tokens; a prefill's token
         1.34 ms. (Priced as n tokens less a step, a catch-up of under ~10 tokens was free.)"""
         return max(0, self.pending_tokens(context) - 1) * self.model.token_seconds

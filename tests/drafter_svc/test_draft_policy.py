@@ -665,4 +665,3 @@ def test_a_long_prompt_is_read_only_where_the_models_drafts_are_expected_to_pay(
             policy.observe(Draft.point_masses([]), [], seconds(0), 0, first_round=False, had_draft=True)
     assert not unread.keep_drafting(Draft.point_masses([]), 6, 6, step, read, reads_prompt=True)
     assert not_asked.keep_drafting(Draft.point_masses([]), 6, 6, step, read, reads_prompt=True)  # a probe
-
