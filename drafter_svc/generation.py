@@ -52,9 +52,10 @@ from specdec.tokenizer import Tokenizer
 from specdec.v1 import drafter_pb2, verifier_pb2, verifier_pb2_grpc
 
 
-# Prompts longer than this are read by a model drafter beside the verifier's prefill (its first
-# round sends no model draft); shorter ones in its first draft's first step, so the first round
-# drafts too. Measured (one run, hybrid at T=0, 9 MT-bench, QA and math prompts of 40-136
+# Prompts longer than this are read by a model drafter beside the verifier's prefill, where the
+# policy expects its drafts to pay (SessionPolicy.read_prompt; else at its first draft, if any),
+# and its first round sends no model draft; shorter ones in its first draft's first step, so the
+# first round drafts too. Measured (one run, hybrid at T=0, 9 MT-bench, QA and math prompts of 40-136
 # tokens, twice, the two drafters alternated beside one verifier): 30.7 ms per token against
 # 31.8, per prompt 1.04x (median 1.05x).
 PARALLEL_PREFILL_TOKENS = 128
