@@ -260,7 +260,7 @@ class OnnxDrafter:
                 logits = self.next_logits(context)
             q = draft_distribution(logits, self.sampling, self.tail_mass)
             chain.append(self._draw(q, len(context) + len(chain), 1)[0])
-            if len(chain) > 1:  # a step: the model call, q and the draw (6.6 of 21.5 ms at T = 1, raced)
+            if len(chain) > 1:  # a step: the model call, q and the draw (bench/drafter_calls.py)
                 self.model.step_seconds = _running_mean(self.model.step_seconds, time.perf_counter() - started)
             chain_q.append(q)
             qs.append(_node_q(q))
@@ -314,9 +314,10 @@ class OnnxDrafter:
     def catch_up_seconds(self, context: Sequence[int]) -> float:
         """What the first model call after `context` costs beyond one step: the tokens it reads
         (the prompt window, or those emitted since the last draft) but the one a step reads
-        anyway, at the model's `token_seconds`. One call of n tokens took a step and (n - 1) x
-        1.3-1.5 ms on this CPU, n = 1-16, after 150 and 300 cached tokens; a prefill's token
-        1.34 ms. (Priced as n tokens less a step, a catch-up of under ~10 tokens was free.)"""
+        anyway, at the model's `token_seconds`. On this CPU one call of n = 2-16 tokens took a
+        1-token call and 0.7-1.6 ms per token more (1.2-1.3 from 8 tokens on), after 150 and 300
+        cached tokens; a prefill's token 1.47 ms (bench/drafter_calls.py). (Priced as n tokens
+        less a step, a catch-up of under ~10 tokens was free.)"""
         return max(0, self.pending_tokens(context) - 1) * self.model.token_seconds
 
     @property

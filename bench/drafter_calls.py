@@ -1,0 +1,84 @@
+"""What the int8 drafter's model calls cost, as the drafter's pricing models them
+(onnx_drafter.py: `step_seconds`, `catch_up_seconds`), in one run:
+
+- one call of n tokens after a cache of 150 and of 300 tokens (a catch-up of n - 1 tokens plus
+  the step's own), against one prefill token (a 128-token call's seconds per token);
+- a sampled step's parts at temperature 1 with the exponential race: the model call, building q
+  (draft_distribution) and the race's draw.
+
+Median of `--repeats` calls each.
+
+    flock /tmp/specdec-cpu.lock python -m bench.drafter_calls
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from drafter_svc.draft_sampling import TAIL_MASS, draft_distribution
+from drafter_svc.drafter import DrafterModels, load_built_model
+from drafter_svc.onnx_drafter import DraftModel, causal_bias
+from specdec.coupled_sampling import RaceNoise, race_ranking
+from specdec.sampling_params import SamplingParams
+
+
+def median_ms(call: Callable[[], object], repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - started)
+    return 1000 * statistics.median(times)
+
+
+def cache_of(model: DraftModel, tokens: int, rng: np.random.Generator) -> list[np.ndarray]:
+    ids = [int(t) for t in rng.integers(1000, 5000, tokens)]
+    return model.run(ids, range(tokens), causal_bias(0, tokens), model.empty_cache())[1]
+
+
+def main(argv: Sequence[str]) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--repeats", type=int, default=15)
+    args = p.parse_args(argv)
+    model = load_built_model("hybrid", DrafterModels())
+    rng = np.random.default_rng(0)
+
+    def call(cached: list[np.ndarray], start: int, n: int) -> Callable[[], object]:
+        ids = [int(t) for t in rng.integers(1000, 5000, n)]
+        return lambda: model.run(ids, range(start, start + n), causal_bias(start, n), cached)
+
+    prefill = median_ms(call(model.empty_cache(), 0, 128), 3) / 128
+    print(f"one prefill token (a 128-token call): {prefill:.2f} ms\n")
+    print("| cached tokens | n tokens in the call | ms | ms over a 1-token call, per extra token |")
+    print("|---|---|---|---|")
+    for start in (150, 300):
+        cached = cache_of(model, start, rng)
+        one = median_ms(call(cached, start, 1), args.repeats)
+        for n in (1, 2, 3, 4, 6, 8, 12, 16):
+            ms = one if n == 1 else median_ms(call(cached, start, n), args.repeats)
+            print(f"| {start} | {n} | {ms:.1f} | {'-' if n == 1 else f'{(ms - one) / (n - 1):.2f}'} |")
+
+    cached = cache_of(model, 200, rng)
+    logits = model.run([1234], [200], causal_bias(200, 1), cached)[0][-1]
+    q = draft_distribution(logits, SamplingParams(1.0), TAIL_MASS)
+    noise, positions = RaceNoise(7, model.manifest.vocab_size), iter(range(201, 10**6))  # a new position each draw, as drafting goes
+    parts = {
+        "model call (1 token, 200 cached)": median_ms(call(cached, 200, 1), args.repeats),
+        "q (draft_distribution, T=1)": median_ms(lambda: draft_distribution(logits, SamplingParams(1.0), TAIL_MASS), args.repeats),
+        "the race's draw": median_ms(lambda: race_ranking(q.token_ids, q.probs, noise.rows([next(positions)])[0], 1), args.repeats),
+    }
+    print("\n| a sampled step's part | ms |\n|---|---|")
+    for name, ms in parts.items():
+        print(f"| {name} | {ms:.2f} |")
+    print(f"| the step | {sum(parts.values()):.2f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
