@@ -6,9 +6,11 @@
 - a sampled step's parts at temperature 1 with the exponential race: the model call, building q
   (draft_distribution) and the race's draw.
 
-Median of `--repeats` calls each.
+Median of `--repeats` calls each. With `--against DIR` (another build of the drafter, e.g. one
+made with an earlier graph version of drafter_build/onnx_export.py), the one-token call and the
+prefill token of both builds instead, their calls interleaved so that contention hits both alike.
 
-    flock /tmp/specdec-cpu.lock python -m bench.drafter_calls
+    flock /tmp/specdec-cpu.lock python -m bench.drafter_calls [--against DIR]
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import numpy as np
 
@@ -42,12 +45,37 @@ def cache_of(model: DraftModel, tokens: int, rng: np.random.Generator) -> list[n
     return model.run(ids, range(tokens), causal_bias(0, tokens), model.empty_cache())[1]
 
 
+def compare(models: dict[str, DraftModel], repeats: int, rng: np.random.Generator) -> None:
+    """One-token calls after 150-1,500 cached tokens and a 128-token prefill's seconds per token,
+    for each build, interleaved call by call."""
+    names = list(models)
+    print("| call | " + " | ".join(f"{name} ms" for name in names) + " | ratio |")
+    print("|---|" + "---|" * (len(names) + 1))
+    for start in (0, 150, 300, 800, 1500):
+        n = 128 if start == 0 else 1
+        ids = [int(t) for t in rng.integers(1000, 5000, n)]
+        caches = {name: cache_of(model, start, rng) if start else model.empty_cache() for name, model in models.items()}
+        times: dict[str, list[float]] = {name: [] for name in names}
+        for _ in range(repeats if n == 1 else 3):
+            for name, model in models.items():
+                started = time.perf_counter()
+                model.run(ids, range(start, start + n), causal_bias(start, n), caches[name])
+                times[name].append((time.perf_counter() - started) / n)
+        ms = [1000 * statistics.median(times[name]) for name in names]
+        label = "a prefill token (a 128-token call)" if start == 0 else f"1 token after {start} cached"
+        print(f"| {label} | " + " | ".join(f"{m:.2f}" for m in ms) + f" | {ms[0] / ms[-1]:.2f} |")
+
+
 def main(argv: Sequence[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--repeats", type=int, default=15)
+    p.add_argument("--against", type=Path, default=None, metavar="DIR", help="another build of the drafter to compare with")
     args = p.parse_args(argv)
     model = load_built_model("hybrid", DrafterModels())
     rng = np.random.default_rng(0)
+    if args.against is not None:
+        compare({str(args.against): DraftModel(args.against), "built": model}, args.repeats, rng)
+        return 0
 
     def call(cached: list[np.ndarray], start: int, n: int) -> Callable[[], object]:
         ids = [int(t) for t in rng.integers(1000, 5000, n)]

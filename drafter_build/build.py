@@ -15,6 +15,7 @@ from torch, and the build time. The drafter service reads the shape and the fing
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import shutil
 import sys
@@ -37,15 +38,20 @@ def build(kind: str, source: str = "default", out: Path | None = None, force: bo
     unless it exists (or `force`). int8 defaults to True for quantized, False for small."""
     import torch
 
+    from drafter_build import onnx_export
     from specdec.tokenizer import Tokenizer
     from verifier_svc.model_loader import load_model, model_dir
 
     if kind not in KINDS:
         raise ValueError(f"unknown drafter kind {kind!r}; expected one of {', '.join(KINDS)}")
     out = out or drafter_dir(source, kind)
-    if (out / "manifest.json").is_file() and not force:
+    built = graph_version(out)
+    if built == onnx_export.GRAPH_VERSION and not force:
         log.info("%s drafter already built in %s (--force rebuilds)", kind, out)
         return out
+    if built is not None and built != onnx_export.GRAPH_VERSION:
+        log.info("%s drafter in %s has graph version %d, not %d: rebuilding", kind, out, built, onnx_export.GRAPH_VERSION)
+        force = True
     quantize = kind == "quantized" if int8 is None else int8
     started = time.perf_counter()
     target_dir = model_dir(source)
@@ -84,6 +90,15 @@ def build(kind: str, source: str = "default", out: Path | None = None, force: bo
     return out
 
 
+def graph_version(folder: Path) -> int | None:
+    """The graph version (onnx_export.GRAPH_VERSION) of the drafter built in `folder`: 1 for a
+    build from before versions were recorded, None where nothing is built."""
+    manifest = folder / "manifest.json"
+    if not manifest.is_file():
+        return None
+    return int(json.loads(manifest.read_text()).get("created_with", {}).get("graph_version", 1))
+
+
 def write_drafter(model, work: Path, *, kind: str, quantize: bool, target: dict, seed: int, started: float | None = None) -> Path:  # type: ignore[no-untyped-def]
     """Export `model` (a LlamaForCausalLM) into work/model.onnx (int8 if `quantize`) with its
     manifest.json; `target` describes the target it drafts for. Returns `work`."""
@@ -113,6 +128,7 @@ def write_drafter(model, work: Path, *, kind: str, quantize: bool, target: dict,
             "transformers": transformers.__version__,
             "onnxruntime": onnxruntime.__version__,
             "opset": onnx_export.OPSET,
+            "graph_version": onnx_export.GRAPH_VERSION,
             "quantization": "int8 weights (MatMulNBits, symmetric, blocks of 32), int8 products (activations per row and block)" if quantize else "none (float32)",
             "seed": seed,
         },

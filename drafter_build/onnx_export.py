@@ -23,6 +23,10 @@ outputs
 The graph is the model's own modules (embedding, RMSNorms, projections, MLPs, rotary embedding,
 head) with the attention written out as matmul + softmax, so the cache is plain tensors and the
 mask is data (a tree needs no special kernel). Rolling a cache back is slicing its `past` axis.
+A one-token call is mostly small nodes around the products (onnxruntime ran 1,900 a call
+before GRAPH_VERSION 2, 1,000 now), so the graph is written with few: projections that read the
+same input stacked into one, grouped attention without copies of the cache, rotate_half as a
+product.
 """
 
 from __future__ import annotations
@@ -36,6 +40,13 @@ from torch import nn
 
 MODEL_FILE = "model.onnx"
 OPSET = 17
+# The exported graph's version, recorded in the manifest: raised whenever the graph changes under
+# the same I/O contract, so that `specdec draft build` rebuilds a drafter built before. 2: the
+# attention reads the grouped KV heads in place, each layer's q, k and v projections are one
+# product, as are its MLP's gate and up, and the rotary embedding is one product for q and k;
+# an int8 call of one token took 8.4-12.4 ms against 10.9-18.8 after 150-1,500 cached tokens
+# (bench/results/drafter_calls-20261125-graph2.md), with the same float32 logits.
+GRAPH_VERSION = 2
 
 
 class KVCacheLlama(nn.Module):
@@ -49,6 +60,12 @@ class KVCacheLlama(nn.Module):
         self.num_heads = config.num_attention_heads
         self.num_kv_heads = config.num_key_value_heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        # Each layer's q, k and v projections as one product, and its MLP's gate and up
+        # projections as another: fewer, wider products (the same numbers: a product's columns,
+        # and each column's int8 blocks, do not depend on the others).
+        attns, mlps = [layer.self_attn for layer in model.model.layers], [layer.mlp for layer in model.model.layers]
+        self.qkv = nn.ModuleList(_stacked([attn.q_proj, attn.k_proj, attn.v_proj]) for attn in attns)
+        self.gate_up = nn.ModuleList(_stacked([mlp.gate_proj, mlp.up_proj]) for mlp in mlps)
 
     def forward(
         self,
@@ -58,33 +75,52 @@ class KVCacheLlama(nn.Module):
         logits_index: torch.Tensor,
         *past: torch.Tensor,
     ) -> tuple[torch.Tensor, ...]:
-        from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
-
         inner = self.model.model
         hidden = inner.embed_tokens(input_ids)  # [b, n, hidden]
-        cos, sin = inner.rotary_emb(hidden, position_ids)
+        cos, sin = (t.unsqueeze(2) for t in inner.rotary_emb(hidden, position_ids))  # [b, n, 1, d]
         batch, n = input_ids.shape
-        groups = self.num_heads // self.num_kv_heads
+        heads, kv_heads, d = self.num_heads, self.num_kv_heads, self.head_dim
+        groups = heads // kv_heads
+        # transformers' rotate_half(x) = cat(-x[d/2:], x[:d/2]) as a product with a constant
+        # signed permutation (exact: one nonzero term per output), one node instead of four.
+        rotate_half = torch.zeros(d, d)
+        rotate_half[d // 2 :, : d // 2] = -torch.eye(d // 2)
+        rotate_half[: d // 2, d // 2 :] = torch.eye(d // 2)
         present: list[torch.Tensor] = []
         for i, layer in enumerate(inner.layers):
             attn = layer.self_attn
             x = layer.input_layernorm(hidden)
-            q = attn.q_proj(x).view(batch, n, self.num_heads, self.head_dim).transpose(1, 2)  # [b, heads, n, d]
-            k = attn.k_proj(x).view(batch, n, self.num_kv_heads, self.head_dim).transpose(1, 2)  # [b, kv, n, d]
-            v = attn.v_proj(x).view(batch, n, self.num_kv_heads, self.head_dim).transpose(1, 2)
-            q, k = apply_rotary_pos_emb(q, k, cos, sin)
+            qk, v = self.qkv[i](x).view(batch, n, heads + 2 * kv_heads, d).split([heads + kv_heads, kv_heads], dim=2)
+            qk = qk * cos + torch.matmul(qk, rotate_half) * sin  # the rotary embedding of q and k at once
+            q, k = qk.transpose(1, 2).split([heads, kv_heads], dim=1)  # [b, heads, n, d], [b, kv, n, d]
+            v = v.transpose(1, 2)
             k = torch.cat([past[2 * i], k], dim=2)  # [b, kv, past + n, d]
             v = torch.cat([past[2 * i + 1], v], dim=2)
             present += [k, v]
-            k = k.repeat_interleave(groups, dim=1)  # [b, heads, past + n, d], as transformers' repeat_kv
-            v = v.repeat_interleave(groups, dim=1)
-            scores = torch.matmul(q, k.transpose(2, 3)) * attn.scaling + attention_bias  # [b, heads, n, past + n]
-            weights = torch.softmax(scores, dim=-1)
-            out = torch.matmul(weights, v).transpose(1, 2).reshape(batch, n, self.num_heads * self.head_dim)
+            # Grouped attention in place: query head h reads KV head h // groups (transformers'
+            # repeat_kv), so the queries of a KV head's group are stacked as rows of one product
+            # with its keys instead of copying each KV head `groups` times.
+            q = q.reshape(batch, kv_heads, groups * n, d)
+            scores = torch.matmul(q, k.transpose(2, 3)) * attn.scaling  # [b, kv, groups n, past + n]
+            scores = scores.view(batch, kv_heads, groups, n, -1) + attention_bias.unsqueeze(2)
+            weights = torch.softmax(scores, dim=-1).view(batch, kv_heads, groups * n, -1)
+            out = torch.matmul(weights, v).view(batch, heads, n, d).transpose(1, 2).reshape(batch, n, heads * d)
             hidden = hidden + attn.o_proj(out)
-            hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))
+            gate, up = self.gate_up[i](layer.post_attention_layernorm(hidden)).split(layer.mlp.up_proj.out_features, dim=-1)
+            hidden = hidden + layer.mlp.down_proj(layer.mlp.act_fn(gate) * up)
         hidden = inner.norm(hidden).index_select(1, logits_index)  # [b, m, hidden]
         return (self.model.lm_head(hidden), *present)
+
+
+def _stacked(projections: list[nn.Linear]) -> nn.Linear:
+    """One linear layer whose outputs are those of `projections`, in order."""
+    biases = [p.bias for p in projections]
+    stacked = nn.Linear(projections[0].in_features, sum(p.out_features for p in projections), bias=biases[0] is not None)
+    with torch.no_grad():
+        stacked.weight.copy_(torch.cat([p.weight for p in projections]))
+        if stacked.bias is not None:
+            stacked.bias.copy_(torch.cat(biases))  # type: ignore[arg-type]
+    return stacked
 
 
 def causal_bias(past: int, n: int, batch: int = 1) -> torch.Tensor:

@@ -22,8 +22,9 @@ Policies, by name:
   a_i, the expected-rate objective of Leviathan's section 3 without its i.i.d. assumption.
 
 Drafting cost: copy and n-gram drafts cost nothing, but a model drafter pays one model step per
-chain token (on this CPU ~20 ms at a 600-token context, against ~56 ms for a plain target pass:
-Leviathan's c, section 3.2, is far from 0). Such a drafter asks `keep_drafting` before each step
+chain token (on this CPU ~10 ms at a 300-token context with q and the draw at temperature 1,
+against ~22-25 ms for a plain target pass: Leviathan's c, section 3.2, is far from 0; bench/
+drafter_calls.py). Such a drafter asks `keep_drafting` before each step
 and stops where the policy would not send deeper (SpecDec++, Algorithm 2: the stopping decision is
 made while drafting, so the steps it saves are the drafter's own): `specdec++` stops once its
 threshold is crossed; `leviathan` at its optimal K with each step priced at c = step seconds /

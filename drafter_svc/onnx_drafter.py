@@ -314,10 +314,11 @@ class OnnxDrafter:
     def catch_up_seconds(self, context: Sequence[int]) -> float:
         """What the first model call after `context` costs beyond one step: the tokens it reads
         (the prompt window, or those emitted since the last draft) but the one a step reads
-        anyway, at the model's `token_seconds`. On this CPU one call of n = 2-16 tokens took a
-        1-token call and 0.7-1.6 ms per token more (1.2-1.3 from 8 tokens on), after 150 and 300
-        cached tokens; a prefill's token 1.47 ms (bench/drafter_calls.py). (Priced as n tokens
-        less a step, a catch-up of under ~10 tokens was free.)"""
+        anyway, at the model's `token_seconds`. On this CPU one call of n = 3-16 tokens took a
+        1-token call and 0.2-0.7 ms per token more (2 tokens: 1.1-1.3 ms more), after 150 and
+        300 cached tokens; a prefill's token 0.68 ms (bench/drafter_calls.py,
+        results/drafter_calls-20261125-graph2.md). (Priced as n tokens less a step, a catch-up of
+        under ~10 tokens was free.)"""
         return max(0, self.pending_tokens(context) - 1) * self.model.token_seconds
 
     @property

@@ -11,7 +11,8 @@ import onnxruntime as ort
 import pytest
 import torch
 
-from drafter_build.onnx_export import causal_bias, io_names, max_abs_logit_diff
+from drafter_build.build import graph_version
+from drafter_build.onnx_export import GRAPH_VERSION, causal_bias, io_names, max_abs_logit_diff
 from tests.drafter_build.tiny_model import VOCAB, tiny_drafter_folder
 
 TOKENS = [int(t) for t in torch.randint(0, VOCAB, (40,), generator=torch.Generator().manual_seed(1))]
@@ -74,6 +75,7 @@ def test_manifest_describes_the_model_and_the_build(exported) -> None:  # type: 
     }
     assert manifest["kind"] == "small" and manifest["target"]["tokenizer_fingerprint"] == "tiny-test-tokenizer"
     assert manifest["created_with"]["quantization"] == "none (float32)"
+    assert manifest["created_with"]["graph_version"] == GRAPH_VERSION == graph_version(folder)
     assert manifest["float32_max_abs_logit_diff"] < 1e-4
 
 
@@ -98,3 +100,13 @@ def test_int8_model_gives_each_token_nearly_the_same_logits_however_the_calls_ar
     diff = float(np.abs(whole[0] - np.stack(rows)).max())
     print(f"int8, one call vs token by token: largest |logit difference| {diff:.2e}")
     assert diff < 0.05
+
+
+def test_a_build_from_before_graph_versions_reads_as_version_1(exported, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """`specdec draft build` rebuilds a drafter whose graph version is not the current one."""
+    _, folder = exported
+    manifest = json.loads((folder / "manifest.json").read_text())
+    del manifest["created_with"]["graph_version"]
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    assert graph_version(tmp_path) == 1 < GRAPH_VERSION
+    assert graph_version(tmp_path / "missing") is None
