@@ -49,7 +49,7 @@ def compare(models: dict[str, DraftModel], repeats: int, rng: np.random.Generato
     """One-token calls after 150-1,500 cached tokens and a 128-token prefill's seconds per token,
     for each build, interleaved call by call."""
     names = list(models)
-    print("| call | " + " | ".join(f"{name} ms" for name in names) + " | ratio |")
+    print("| call | " + " | ".join(f"{name} ms" for name in names) + " | first / last |")
     print("|---|" + "---|" * (len(names) + 1))
     for start in (0, 150, 300, 800, 1500):
         n = 128 if start == 0 else 1

@@ -23,10 +23,10 @@ Policies, by name:
 
 Drafting cost: copy and n-gram drafts cost nothing, but a model drafter pays one model step per
 chain token (on this CPU ~10 ms at a 300-token context with q and the draw at temperature 1,
-against ~22-25 ms for a plain target pass: Leviathan's c, section 3.2, is far from 0; bench/
-drafter_calls.py). Such a drafter asks `keep_drafting` before each step
-and stops where the policy would not send deeper (SpecDec++, Algorithm 2: the stopping decision is
-made while drafting, so the steps it saves are the drafter's own): `specdec++` stops once its
+against ~22-25 ms for a plain target pass, bench/drafter_calls.py: Leviathan's c, section 3.2,
+is far from 0). Such a drafter asks `keep_drafting` before each step and stops where the policy
+would not send deeper (SpecDec++, Algorithm 2: the stopping decision is made while drafting,
+so the steps it saves are the drafter's own): `specdec++` stops once its
 threshold is crossed; `leviathan` at its optimal K with each step priced at c = step seconds /
 plain round seconds; `auto` when no deeper depth promises more tokens per unit of cost than the
 best depth within the chain so far, with every drafted step counted; the acceptances of tokens not
