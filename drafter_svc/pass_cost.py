@@ -34,9 +34,12 @@ size's residual from the line through them, the staircase), else figures measure
 (a line, no steps).
 A shared CPU makes single passes several times slower now and then, so each observation is
 clipped to [1/LINE_CLIP, LINE_CLIP] times the line before it enters the line's fit, and each
-residual to RESIDUAL_CLIP times the line (the steps are 10-20% of a pass): a real, lasting
-change moves the estimate within tens of rounds (a 2x slower machine: 20-30), a burst of
-contention does not make drafting look ruinous.
+residual to RESIDUAL_CLIP times the line: a real, lasting change moves the estimate within tens
+of rounds (a 2x slower machine: 20-30), a burst of contention does not make drafting look
+ruinous. The steps between lone passes are 10-20% of a pass, but in service a pass with drafts
+that follows the model drafter's steps costs more than the same pass timed lone at the
+verifier's start (a traced T=1 run: 4 nodes 46-55 ms against 35-40, plain passes as timed), and
+a quarter of the line kept r(n) from learning it (2-3 nodes priced 5-9 ms under what they took).
 
 In Leviathan's units (one plain pass at the same context = 1) a round of n >= 1 nodes costs
 1 + c0 + c n + e(n): c = (t_node + h L) / t(0, L), the per-node cost ratio, c0 = t_jump / t(0, L),
@@ -65,7 +68,7 @@ PRIOR_PER_NODE_CONTEXT = 1e-6
 PRIOR_CONTEXT = 300
 CONTEXT_UNIT = 1000.0  # the context regressor's unit, keeping the normal equations well conditioned
 RESIDUAL_PRIOR_WEIGHT = 1.0  # pseudo-rounds of each size's prior residual (0 unless seeded) behind r(n)
-RESIDUAL_CLIP = 0.25  # a round's residual enters r(n) clipped to +-this share of the line's seconds
+RESIDUAL_CLIP = 0.5  # a round's residual enters r(n) clipped to +-this share of the line's seconds (was 0.25)
 LINE_CLIP = 1.5  # a round enters the line clipped to [1 / this, this] times the line
 
 
