@@ -92,11 +92,15 @@ def build(kind: str, source: str = "default", out: Path | None = None, force: bo
 
 def graph_version(folder: Path) -> int | None:
     """The graph version (onnx_export.GRAPH_VERSION) of the drafter built in `folder`: 1 for a
-    build from before versions were recorded, None where nothing is built."""
+    build from before versions were recorded, 0 where its manifest cannot be read (so that it
+    is rebuilt), None where nothing is built."""
     manifest = folder / "manifest.json"
     if not manifest.is_file():
         return None
-    return int(json.loads(manifest.read_text()).get("created_with", {}).get("graph_version", 1))
+    try:
+        return int(json.loads(manifest.read_text()).get("created_with", {}).get("graph_version", 1))
+    except (ValueError, TypeError, AttributeError):  # not JSON, not an object, not a number
+        return 0
 
 
 def write_drafter(model, work: Path, *, kind: str, quantize: bool, target: dict, seed: int, started: float | None = None) -> Path:  # type: ignore[no-untyped-def]

@@ -110,3 +110,5 @@ def test_a_build_from_before_graph_versions_reads_as_version_1(exported, tmp_pat
     (tmp_path / "manifest.json").write_text(json.dumps(manifest))
     assert graph_version(tmp_path) == 1 < GRAPH_VERSION
     assert graph_version(tmp_path / "missing") is None
+    (tmp_path / "manifest.json").write_text('{"created_with": ')  # a build cut off mid-write
+    assert graph_version(tmp_path) == 0
