@@ -36,10 +36,12 @@ A shared CPU makes single passes several times slower now and then, so each obse
 clipped to [1/LINE_CLIP, LINE_CLIP] times the line before it enters the line's fit, and each
 residual to RESIDUAL_CLIP times the line: a real, lasting change moves the estimate within tens
 of rounds (a 2x slower machine: 20-30), a burst of contention does not make drafting look
-ruinous. The steps between lone passes are 10-20% of a pass, but in service a pass with drafts
-that follows the model drafter's steps costs more than the same pass timed lone at the
-verifier's start (a traced T=1 run: 4 nodes 46-55 ms against 35-40, plain passes as timed), and
-a quarter of the line kept r(n) from learning it (2-3 nodes priced 5-9 ms under what they took).
+ruinous. The steps between lone passes are 10-20% of a pass, but in service some sizes may cost
+lastingly more than timed lone, which the residual must be free to learn: in a traced T=1 run,
+passes with 4 drafted nodes took 46-55 ms against 35-40 lone (plain passes as timed), and a
+quarter of the line kept r(n) from learning it (2-3 nodes priced 5-9 ms under what they took).
+That excess was numpy's BLAS worker in the drafter process spinning beside those passes, since
+stopped (specdec/cli.py); another process on the same cores can cause the same.
 
 In Leviathan's units (one plain pass at the same context = 1) a round of n >= 1 nodes costs
 1 + c0 + c n + e(n): c = (t_node + h L) / t(0, L), the per-node cost ratio, c0 = t_jump / t(0, L),

@@ -38,10 +38,11 @@ def test_a_burst_of_contention_moves_the_estimate_only_a_little() -> None:
 
 
 def test_learns_sizes_that_run_twice_as_slow_in_service_as_timed_lone() -> None:
-    """In service a pass with drafts after the model drafter's steps may cost far more than the
-    verifier's lone timing of that size (traced: 4 nodes 46-55 ms against 35-40). A persistent
-    excess on some sizes, among rounds of other sizes at their lone cost, is learned: with each
-    residual clipped to a quarter of the line, 2 nodes were priced at 0.81 of what they took."""
+    """In service a pass with drafts may cost far more than the verifier's lone timing of that
+    size (traced: 4 nodes 46-55 ms against 35-40, while a spinning BLAS worker in the drafter
+    shared the cores: specdec/cli.py). A persistent excess on some sizes, among rounds of other
+    sizes at their lone cost, is learned: with each residual clipped to a quarter of the line,
+    2 nodes were priced at 0.81 of what they took."""
     lone = [0.025, 0.0254, 0.0261, 0.0261, 0.0346, 0.0399]  # a verifier's lone passes, 0-5 nodes
     model = PassCostModel()
     model.seed(lone, context=128)
