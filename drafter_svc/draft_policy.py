@@ -81,9 +81,10 @@ Spec-Bench run at T=1, `hybrid`: model labels averaged 0.57-0.87 per session aft
 both: a long session started from the short ones' mean (0.93-0.96) and drafted full depth in its
 first rounds, and each time it stopped drafting it relaxed back towards that mean and drafted a
 token every fourth round, at a loss; a short session after long ones started at 0.63-0.77.
-Such sessions (`partial_prompt`) have a predictor and a mean acceptance of their own, and their
-drafter reads the prompt beside the verifier's prefill only if its drafts are expected to pay at
-that mean (`read_prompt`; the read delayed a long prompt's first token by ~0.3 s on 2 cores).
+Such sessions (`partial_prompt`) have a predictor and a mean acceptance of their own. Their
+drafter reads the window at its first model draft, priced as above; with overlap on (cores of its
+own) it reads it beside the verifier's prefill instead, if its drafts are expected to pay at that
+mean (`read_prompt`; on 2 shared cores the read delayed a long prompt's first token by ~0.1-0.3 s).
 
 Pure: no I/O, no gRPC. `PolicyState` is per drafter process (learned acceptance, per drafter, per
 kind of verification: greedy, speculative sampling or the exponential race, and per whether the

@@ -10,16 +10,20 @@ With k = 0 every round is one plain target step: the no-speculation baseline on 
 Model drafters (onnx-*) keep the event loop free: they draft in a worker thread, and ask the
 policy before each model step whether the next token pays for it (draft_policy.py, "Drafting
 cost"); the choice of depth then counts the steps drafted. Under an adaptive policy, after a
-prompt of over PARALLEL_PREFILL_TOKENS, their first round sends no model draft, so that a lone
-session's prefill of the prompt in the verifier and the drafter's own prefill run at the same
-time (on two cores) instead of one after the other, if the policy expects the model's drafts to
-pay after such a prompt (`SessionPolicy.read_prompt`; else a draft reads it first); with
-overlap on, that thread also pre-drafts the second round. With other sessions under way the
-drafter neither prefills nor pre-drafts in the first round: the verifier has work for every core
-(load benchmark with the ONNX drafter: eight such prefills at once cut throughput to 0.62x of
-plain decoding), and a session that drafts later runs the prompt in its first draft's first
-step. Their pre-drafts share the session's drafter (one KV cache, rolled back by prefix) instead
-of a second instance that would prefill the prompt again.
+prompt of over PARALLEL_PREFILL_TOKENS, their first round sends no model draft, so that the
+verifier's prefill of the prompt does not wait for the drafter's read of it. The drafter reads
+it at its first model draft, whose first step the policy prices with a share of the read
+(draft_policy.py, "Drafting cost"). Only with overlap on, which says the drafter's work may run
+beside the verifier's (cores of its own), does it read the prompt during the prefill, if the
+policy expects the model's drafts to pay after such a prompt (`SessionPolicy.read_prompt`),
+and that thread then also pre-drafts the second round. On shared cores that read slowed the
+prefill by more than the read takes alone (one run, summarization and RAG, T=1 and T=0, 20
+prompts each: the first token 96 and 129 ms sooner without it, 1.6% fewer ms per token; README,
+"The prompt's read, after the prefill"). With other sessions under way the drafter neither
+prefills nor pre-drafts in the first round: the verifier has work for every core (load
+benchmark with the ONNX drafter: eight such prefills at once cut throughput to 0.62x of plain
+decoding). Their pre-drafts share the session's drafter (one KV cache, rolled back by prefix)
+instead of a second instance that would prefill the prompt again.
 
 The `hybrid` drafter is onnx-quantized with the copy drafter beside it: each round the copy
 drafter proposes too (a table lookup), and the policy sends that draft instead of drafting with
@@ -52,10 +56,10 @@ from specdec.tokenizer import Tokenizer
 from specdec.v1 import drafter_pb2, verifier_pb2, verifier_pb2_grpc
 
 
-# Prompts longer than this are read by a model drafter beside the verifier's prefill, where the
-# policy expects its drafts to pay (SessionPolicy.read_prompt; else at its first draft, if any),
-# and its first round sends no model draft; shorter ones in its first draft's first step, so the
-# first round drafts too. Measured (one run, hybrid at T=0, 9 MT-bench, QA and math prompts of 40-136
+# After a prompt longer than this a model drafter's first round sends no model draft (the prefill
+# runs at once; the drafter reads the prompt at its first draft, or with overlap on beside the
+# prefill where SessionPolicy.read_prompt expects its drafts to pay); a shorter one is read in
+# its first draft's first step, so the first round drafts too. Measured (one run, hybrid at T=0, 9 MT-bench, QA and math prompts of 40-136
 # tokens, twice, the two drafters alternated beside one verifier): 30.7 ms per token against
 # 31.8, per prompt 1.04x (median 1.05x).
 PARALLEL_PREFILL_TOKENS = 128
@@ -179,10 +183,9 @@ async def generate(
         request.max_new_tokens, race, partial_prompt,
     )
     # An adaptive policy sends a model drafter's first round after a long prompt without a model
-    # draft, so that the drafter's read of the prompt runs during the verifier's prefill (or, if
-    # the policy expects its drafts not to pay, does not run: `SessionPolicy.read_prompt`);
-    # `fixed` drafts every round, the first included, as does any policy after a short prompt
-    # (read in a step or two).
+    # draft, so that the verifier's prefill does not wait for the drafter's read of the prompt
+    # (module docstring); `fixed` drafts every round, the first included, as does any policy after
+    # a short prompt (read in a step or two).
     long_prompt = model_drafter and request.draft_policy != "fixed" and len(request.prompt_token_ids) > PARALLEL_PREFILL_TOKENS
     if model_drafter:  # it asks the policy before each model step (draft_policy.py, "Drafting cost")
         drafter.keep_drafting = policy.keep_drafting  # type: ignore[attr-defined]
@@ -237,14 +240,14 @@ async def generate(
             stats.q_bytes += sum(node.q.ByteSize() for node in message.round.nodes)
             await call.write(message)
             next_budget = min(request.num_draft_tokens, room - len(primary_path(draft)) - 2)
-            # Work done in a thread while the verifier checks `draft`: a model drafter's first
-            # prefill, and the pre-draft of the next round (overlap). A model drafter's first round
-            # does them only when the session is alone: they run the whole prompt. The prefill
-            # comes first: a pre-draft's first step, priced with the whole prompt still to read,
-            # would be declined.
+            # Work done in a thread while the verifier checks `draft`, with overlap on: a model
+            # drafter's first prefill, and the pre-draft of the next round. A model drafter's first
+            # round does them only when the session is alone: they run the whole prompt. The
+            # prefill comes first: a pre-draft's first step, priced with the whole prompt still to
+            # read, would be declined.
             spare_cores = not (model_drafter and stats.rounds == 0) or not policy.state.busy()
             work: list[Callable[[], None]] = []
-            if prefilling and spare_cores and policy.read_prompt(
+            if prefilling and request.overlap and spare_cores and policy.read_prompt(
                 drafter.step_seconds, drafter.catch_up_seconds(context), budget, request.max_tree_nodes  # type: ignore[attr-defined]
             ):
                 work.append(functools.partial(drafter.prefill, context))  # type: ignore[attr-defined]
