@@ -10,7 +10,7 @@ With k = 0 every round is one plain target step: the no-speculation baseline on 
 Model drafters (onnx-*) keep the event loop free: they draft in a worker thread, and ask the
 policy before each model step whether the next token pays for it (draft_policy.py, "Drafting
 cost"); the choice of depth then counts the steps drafted. Under an adaptive policy, after a
-prompt of over PARALLEL_PREFILL_TOKENS, their first round sends no model draft, so that the
+prompt of over LONG_PROMPT_TOKENS, their first round sends no model draft, so that the
 verifier's prefill of the prompt does not wait for the drafter's read of it. The drafter reads
 it at its first model draft, whose first step the policy prices with a share of the read
 (draft_policy.py, "Drafting cost"). Only with overlap on, which says the drafter's work may run
@@ -59,10 +59,11 @@ from specdec.v1 import drafter_pb2, verifier_pb2, verifier_pb2_grpc
 # After a prompt longer than this a model drafter's first round sends no model draft (the prefill
 # runs at once; the drafter reads the prompt at its first draft, or with overlap on beside the
 # prefill where SessionPolicy.read_prompt expects its drafts to pay); a shorter one is read in
-# its first draft's first step, so the first round drafts too. Measured (one run, hybrid at T=0, 9 MT-bench, QA and math prompts of 40-136
-# tokens, twice, the two drafters alternated beside one verifier): 30.7 ms per token against
-# 31.8, per prompt 1.04x (median 1.05x).
-PARALLEL_PREFILL_TOKENS = 128
+# its first draft's first step, so the first round drafts too. Measured (one run, hybrid at T=0,
+# 9 MT-bench, QA and math prompts of 40-136 tokens, twice, the two drafters alternated beside one
+# verifier; then named PARALLEL_PREFILL_TOKENS): 30.7 ms per token against 31.8, per prompt 1.04x
+# (median 1.05x).
+LONG_PROMPT_TOKENS = 128
 
 
 @dataclass
@@ -186,7 +187,7 @@ async def generate(
     # draft, so that the verifier's prefill does not wait for the drafter's read of the prompt
     # (module docstring); `fixed` drafts every round, the first included, as does any policy after
     # a short prompt (read in a step or two).
-    long_prompt = model_drafter and request.draft_policy != "fixed" and len(request.prompt_token_ids) > PARALLEL_PREFILL_TOKENS
+    long_prompt = model_drafter and request.draft_policy != "fixed" and len(request.prompt_token_ids) > LONG_PROMPT_TOKENS
     if model_drafter:  # it asks the policy before each model step (draft_policy.py, "Drafting cost")
         drafter.keep_drafting = policy.keep_drafting  # type: ignore[attr-defined]
     # A hybrid session's free copy drafts, weighed each round against drafting with the model.

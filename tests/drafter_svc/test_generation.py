@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from drafter_svc.draft_policy import PolicyState
-from drafter_svc.generation import PARALLEL_PREFILL_TOKENS, VerifierInfo, generate
+from drafter_svc.generation import LONG_PROMPT_TOKENS, VerifierInfo, generate
 from drafter_svc.onnx_drafter import OnnxDrafter
 from drafter_svc.protocol import GenerationRequest
 from specdec.sampling_params import SamplingParams
@@ -60,7 +60,7 @@ def test_after_a_long_prompt_the_model_reads_it_beside_the_prefill_only_with_ove
     prefill, before the first verdict. The process's verifier said its passes take a second, so
     the read and the drafts pay (whatever the model's timings, which earlier tests have set)."""
     policies = PolicyState()
-    policies.seed_costs([1.0] * 8, PARALLEL_PREFILL_TOKENS)
+    policies.seed_costs([1.0] * 8, LONG_PROMPT_TOKENS)
     runs: list[int] = []  # for each model call, the verdicts read before it
     stub = FakeStub()
     next_logits = OnnxDrafter.next_logits
@@ -71,7 +71,7 @@ def test_after_a_long_prompt_the_model_reads_it_beside_the_prefill_only_with_ove
 
     monkeypatch.setattr(OnnxDrafter, "next_logits", spy)
     request = GenerationRequest(
-        prompt_token_ids=[1000 + i % 3000 for i in range(2 * PARALLEL_PREFILL_TOKENS)], max_new_tokens=3,
+        prompt_token_ids=[1000 + i % 3000 for i in range(2 * LONG_PROMPT_TOKENS)], max_new_tokens=3,
         sampling=SamplingParams(0.0), seed=None, stop=[], drafter="hybrid", num_draft_tokens=6, max_tree_nodes=6,
         draft_policy="auto", overlap=overlap,
     )
