@@ -43,7 +43,8 @@ class FakeVerifier(verifier_pb2_grpc.VerifierServicer):
         self.next_token = next_token
         self.extra_load = 0  # sessions the test pretends other drafters hold
         self.streams = 0
-        self.rounds = 0
+        self.rounds = 0  # rounds received
+        self.answered = 0  # rounds answered: received, and round_seconds passed
         self.load_calls = 0  # GetLoad polls answered
         self._lock = threading.Lock()
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
@@ -91,6 +92,8 @@ class FakeVerifier(verifier_pb2_grpc.VerifierServicer):
                     with self._lock:
                         self.rounds += 1
                     time.sleep(self.round_seconds)
+                    with self._lock:
+                        self.answered += 1
                     yield verifier_pb2.VerifyResponse(
                         num_accepted=0,
                         next_token_id=self.next_token,

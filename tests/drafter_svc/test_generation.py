@@ -1,10 +1,11 @@
-"""generation: the round loop, against an in-process stand-in for a verifier's stream."""
+"""generation: the round loop, against a verifier stand-in on a loopback port."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
 
+import grpc
 import numpy as np
 import pytest
 
@@ -13,41 +14,8 @@ from drafter_svc.generation import LONG_PROMPT_TOKENS, VerifierInfo, generate
 from drafter_svc.onnx_drafter import OnnxDrafter
 from drafter_svc.protocol import GenerationRequest
 from specdec.sampling_params import SamplingParams
-from specdec.v1 import verifier_pb2
-
-PASS_SECONDS = 0.2  # each verdict's delay: room for the drafter's work beside the pass
-
-
-class FakeStream:
-    """One Verify stream: each round is answered after PASS_SECONDS with nothing accepted and
-    token 42, as tests/fake_verifier.py answers; `verdicts` counts the answers read."""
-
-    def __init__(self) -> None:
-        self.verdicts = 0
-        self.nodes = 0
-
-    async def write(self, message: verifier_pb2.VerifyRequest) -> None:
-        if message.HasField("round"):
-            self.nodes = len(message.round.nodes)
-
-    async def read(self) -> verifier_pb2.VerifyResponse:
-        await asyncio.sleep(PASS_SECONDS)
-        self.verdicts += 1
-        return verifier_pb2.VerifyResponse(next_token_id=42, acceptance_probs=[0.0] * self.nodes, verify_seconds=PASS_SECONDS)
-
-    async def done_writing(self) -> None:
-        pass
-
-    def cancel(self) -> None:
-        pass
-
-
-class FakeStub:
-    def __init__(self) -> None:
-        self.stream = FakeStream()
-
-    def Verify(self) -> FakeStream:  # noqa: N802 (the gRPC method's name)
-        return self.stream
+from specdec.v1 import verifier_pb2_grpc
+from tests.fake_verifier import FakeVerifier
 
 
 @pytest.mark.parametrize("overlap", [False, True])
@@ -59,14 +27,14 @@ def test_after_a_long_prompt_the_model_reads_it_beside_the_prefill_only_with_ove
     first draft, in a later round. With overlap on (cores of its own) it reads it during the
     prefill, before the first verdict. The process's verifier said its passes take a second, so
     the read and the drafts pay (whatever the model's timings, which earlier tests have set)."""
+    verifier = FakeVerifier(tokenizer.fingerprint, next_token=42, round_seconds=0.2)  # room for work beside a pass
     policies = PolicyState()
     policies.seed_costs([1.0] * 8, LONG_PROMPT_TOKENS)
-    runs: list[int] = []  # for each model call, the verdicts read before it
-    stub = FakeStub()
+    runs: list[int] = []  # for each model call, the rounds the verifier had answered
     next_logits = OnnxDrafter.next_logits
 
     def spy(self: OnnxDrafter, context: Sequence[int]) -> np.ndarray:
-        runs.append(stub.stream.verdicts)
+        runs.append(verifier.answered)
         return next_logits(self, context)
 
     monkeypatch.setattr(OnnxDrafter, "next_logits", spy)
@@ -77,8 +45,12 @@ def test_after_a_long_prompt_the_model_reads_it_beside_the_prefill_only_with_ove
     )
 
     async def run() -> list[int]:
-        responses = generate(request, stub, tokenizer, VerifierInfo(frozenset({2}), 8192), policies)  # type: ignore[arg-type]
-        return [t async for response in responses for t in response.token_ids]
+        async with grpc.aio.insecure_channel(verifier.address) as channel:
+            responses = generate(request, verifier_pb2_grpc.VerifierStub(channel), tokenizer, VerifierInfo(frozenset({2}), 8192), policies)
+            return [t async for response in responses for t in response.token_ids]
 
-    assert asyncio.run(run()) == [42, 42, 42]
+    try:
+        assert asyncio.run(run()) == [42, 42, 42]
+    finally:
+        verifier.stop()
     assert runs and (runs[0] == 0) == overlap
