@@ -15,7 +15,7 @@ chosen on the other half of the row's prompts (`held_out_ratio`), which does not
 comparison, `decode_ratio`, leaves the prefill out (tokens and seconds after the first token,
 summed over the row): a 3-token answer's tokens/s is mostly the prompt's prefill, which no draft
 policy changes. (At T > 0 the seeded systems under the exact rule sample the same text, by the
-exponential race: README, `sampling.seed`; a lossy rule, or `@lenient:1`, samples its own.)
+exponential race: docs/concepts/exactness.md; a lossy rule, or `@lenient:1`, samples its own.)
 """
 
 from __future__ import annotations

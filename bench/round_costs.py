@@ -11,7 +11,7 @@ the milliseconds after it per generated token; the drafter each session ran (a b
 process serves `defaults` with copies); and per draft position, the share of rounds that drafted it and of
 those the share that accepted it. Every configuration generates the same text for a prompt, at
 temperature 0 and, seeded under the exact rule, at temperature > 0 too (the exponential race:
-README, `sampling.seed`); a lossy rule (`@RULE`) samples its own.
+docs/concepts/exactness.md); a lossy rule (`@RULE`) samples its own.
 
 `--drafter-args` (repeatable) runs each configuration once more per given drafter service
 setting (e.g. `--drafter-args=--onnx-prompt-window=128`): one more drafter process each, all
@@ -19,8 +19,8 @@ beside the same verifier, taking turns prompt by prompt with the default drafter
 first in turn).
 
 `--split-cores` runs each configuration once more on a second cluster whose verifier is pinned
-to the first CPU and whose drafter to the last (`--cpus`; README, "Overlap on a core of its
-own"), as separate pods would have cores of their own; its rows are named "(a core each)", and
+to the first CPU and whose drafter to the last (`--cpus`; docs/design/overlap-off-on-shared-cores.md),
+as separate pods would have cores of their own; its rows are named "(a core each)", and
 it takes turns with the others in the same way.
 
     flock /tmp/specdec-cpu.lock python -m bench.round_costs --temperature 1 --rows mt_bench --per-row 3

@@ -165,7 +165,7 @@ def _write(args: argparse.Namespace, argv: Sequence[str], started: datetime, ela
     machine_line = (f"{machine['cpu_model']}, {machine['usable_cpus']} CPUs, torch {machine['torch']}, "
                     f"Python {machine['python']}, commit {str(machine['git_commit'])[:12]}, run took {elapsed:.0f} s")
     legend = ("tok/s: new tokens / wall seconds of one generate call (prefill included); "
-              "columns explained in bench/README.md")
+              "columns explained in docs/benchmarks.md")
     notes = "".join(f"\n- warning: {w}" for w in warnings)
     stamp = started.strftime("%Y%m%d-%H%M%S")
     args.out.mkdir(parents=True, exist_ok=True)

@@ -3,15 +3,15 @@ a draft-length policy and overlap on or off.
 
 A configuration is named `baseline` (k = 0: no speculation, one target pass per token through
 the same two services), `defaults` (a request that sets no speculation field: what the drafter
-service does by default, README "Defaults"), `DRAFTER-kN` for chains of N drafts, e.g. `copy-k8`, or `DRAFTER-kN-tM`
+service does by default, docs/concepts/drafters.md), `DRAFTER-kN` for chains of N drafts, e.g. `copy-k8`, or `DRAFTER-kN-tM`
 for token trees of depth N with M nodes, e.g. `copy-k4-t12`; these draft a fixed length. The
 ONNX model drafters go by their names too: `onnx-quantized-k4`, `onnx-small-k4-t8`. A
 policy suffix makes N the longest draft a policy may choose (`copy-k8-auto`, `copy-k8-leviathan`,
 `copy-k8-specdec++`, `copy-k8-copy-confidence`, `copy-k8-fixed`), and `-overlap` turns on
 overlapped drafting (`copy-k8-auto-overlap`). Any name may end in `@RULE` to ask for an
-acceptance rule (README, "Acceptance rules"): `defaults@lenient:1` runs speculative sampling
-where a seeded request under the exact rule would run the exponential race (README,
-`sampling.seed`). Every system is timed the same way: wall-clock seconds of one generate call,
+acceptance rule (docs/concepts/lossy-rules.md): `defaults@lenient:1` runs speculative sampling
+where a seeded request under the exact rule would run the exponential race
+(docs/concepts/exactness.md). Every system is timed the same way: wall-clock seconds of one generate call,
 seen by the caller.
 """
 

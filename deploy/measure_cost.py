@@ -7,7 +7,7 @@
 
 Usage: python deploy/measure_cost.py [--max-new-tokens 64] [--num-draft-tokens 8] [--drafter copy]
 It starts a verifier and a drafter on loopback (specdec.launcher), runs the demo's prompts
-greedily, and prints the measured figures; deploy/README.md explains how to use them.
+greedily, and prints the measured figures; docs/deployment.md explains how to use them.
 """
 
 from __future__ import annotations

@@ -144,7 +144,7 @@ def write_drafter(model, work: Path, *, kind: str, quantize: bool, target: dict,
 
 def main(argv: Sequence[str]) -> int:
     p = argparse.ArgumentParser(prog="specdec draft build", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("kind", choices=KINDS, nargs="?", default="quantized", help="what to build (default: quantized, the faster drafter measured; README)")
+    p.add_argument("kind", choices=KINDS, nargs="?", default="quantized", help="what to build (default: quantized, the faster drafter measured: docs/design/int8-drafter.md)")
     p.add_argument("--model", default="default", help="the target: 'default', a .gguf file or a model folder")
     p.add_argument("--out", type=Path, default=None, help="output folder (default: the drafter cache, where the drafter service looks)")
     p.add_argument("--force", action="store_true", help="rebuild even if the folder holds a build")

@@ -122,7 +122,7 @@ class AcceptancePredictor:
         P(node accepted | its path accepted), and acceptance runs in spans: a node past a
         rejected one sits in a hard span more often (MT-bench and QA at temperature 0, fixed
         6-chains: 0.87 of rounds accepted position 4 and 0.84 position 5, so given position 4,
-        position 5 was accepted 0.97 of the time; README, "Labels past a rejection")."""
+        position 5 was accepted 0.97 of the time)."""
         if features.shape[0] == 0:
             return
         x = self._inputs(features, alpha_session)

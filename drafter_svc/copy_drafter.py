@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from drafter_svc.drafter import ROOT, AppendOnlyCursor, Draft, Feedback
 
-# Chosen by measurement of chains (trees did not exist yet). Replaying greedy decoding
+# Chosen by measurement of chains. Replaying greedy decoding
 # (SmolLM2-135M-Instruct outputs, code edits, prose): longer suffixes keep pointing at the right
 # place in code full of repeated short n-grams (edits: 3.66 tokens/round with max 4, 3.91 with 8,
 # 3.98 with 12, at budget 4). End to end on a 2-core CPU, where a pass with drafts costs ~30% more

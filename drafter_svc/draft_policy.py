@@ -42,7 +42,7 @@ over the rounds the session has left, its remaining tokens over the tokens a ful
 emits at its rate (`read_share`). Priced against one round, the read of a 54-token prompt cost
 1.4 plain passes on a slow hour, more than a draft gains at acceptance 0.79: a session whose
 first round did not read then decoded without its model to the end (127 rounds for 128 tokens
-at T=1; README, "Temperature 1: the policy's own cost"). Drafted steps are sunk when the policy
+at T=1). Drafted steps are sunk when the policy
 cuts the draft, but they are part of the round's cost, so `depth` counts them.
 
 Load: a batching verifier scores the rounds of many sessions in one padded pass, and each verdict

@@ -183,7 +183,7 @@ def make_drafter(
 def resolve_default_drafter(name: str, models: DrafterModels) -> str:
     """The server's default drafter: `name`, or for "auto" hybrid (onnx-quantized's drafts or
     copies) where onnx-quantized's model is built (for this tokenizer; it is loaded now), else
-    copy (no build step; README, "Defaults")."""
+    copy (no build step; docs/design/hybrid-drafter.md)."""
     if name != "auto":
         return name
     try:

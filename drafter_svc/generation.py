@@ -18,8 +18,8 @@ beside the verifier's (cores of its own), does it read the prompt during the pre
 policy expects the model's drafts to pay after such a prompt (`SessionPolicy.read_prompt`),
 and that thread then also pre-drafts the second round. On shared cores that read slowed the
 prefill by more than the read takes alone (one run, summarization and RAG, T=1 and T=0, 20
-prompts each: the first token 96 and 129 ms sooner without it, 1.6% fewer ms per token; README,
-"The prompt's read, after the prefill"). With other sessions under way the drafter neither
+prompts each: the first token 96 and 129 ms sooner without it, 1.6% fewer ms per token;
+docs/design/prompt-read-after-prefill.md). With other sessions under way the drafter neither
 prefills nor pre-drafts in the first round: the verifier has work for every core (load
 benchmark with the ONNX drafter: eight such prefills at once cut throughput to 0.62x of plain
 decoding). Their pre-drafts share the session's drafter (one KV cache, rolled back by prefix)
@@ -61,8 +61,7 @@ from specdec.v1 import drafter_pb2, verifier_pb2, verifier_pb2_grpc
 # prefill where SessionPolicy.read_prompt expects its drafts to pay); a shorter one is read in
 # its first draft's first step, so the first round drafts too. Measured (one run, hybrid at T=0,
 # 9 MT-bench, QA and math prompts of 40-136 tokens, twice, the two drafters alternated beside one
-# verifier; then named PARALLEL_PREFILL_TOKENS): 30.7 ms per token against 31.8, per prompt 1.04x
-# (median 1.05x).
+# verifier): 30.7 ms per token against 31.8, per prompt 1.04x (median 1.05x).
 LONG_PROMPT_TOKENS = 128
 
 

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from drafter_svc.drafter import ROOT, AppendOnlyCursor, Draft, Feedback
 
 # Chosen by replaying greedy decoding (SmolLM2-135M-Instruct outputs, code edits, prose) at budget
-# 4 and 8, with chains (trees did not exist yet): long contexts find the right continuation in
+# 4 and 8, with chains: long contexts find the right continuation in
 # code full of repeated short n-grams (edits: 3.32 tokens/round with 3 tokens of context, 3.64
 # with 4, 3.94 with 8, at budget 4). Backing off to 1 token raises tokens/round but drafts
 # mostly-rejected tokens nearly every round; on a 2-core CPU, where a pass with drafts costs ~30%

@@ -44,10 +44,10 @@ from specdec.sampling_params import SamplingParams
 # the likeliest to be reached, so their alternatives are worth the most. Measured: at
 # temperature 0 they help a little; at temperature 1 leaf siblings drawn from a q close to p are
 # tried in random order with the chain's node and often end the walk early (int8 drafter, k4-t8:
-# 0.66x vs 1.28x for the chain; README, "ONNX drafters"). Exact either way. Under the race the
+# 0.66x vs 1.28x for the chain; docs/design/trees-vs-chains.md). Exact either way. Under the race the
 # runners-up cannot end the walk early, but one at depth 1 did not pay either: the first
 # position's acceptance went from 0.95 to 1.00 and the rounds from 410 to 408 for 2,330 tokens,
-# for 3 ms more per pass (39.2 against 38.8 ms per token; README, "Race labels").
+# for 3 ms more per pass (39.2 against 38.8 ms per token).
 BRANCH_DEPTHS = 2
 NodeQ = tuple[list[int], list[float], float]  # a node's q as a Draft carries it: token ids, probabilities, entropy
 
@@ -131,24 +131,16 @@ def causal_bias(past: int, n: int) -> np.ndarray:
 
 
 # The prompt tokens a model drafter reads, from the end. Its prefill costs what the target's
-# does (int8 products are no faster for many rows): measured on this 2-core CPU with a
-# 1,000-token prompt, the target's prefill 2.1 s, the drafter's 1.2 s, both at once 3.0 s; with
-# the drafter reading the last 256 tokens, both at once 2.2 s. Reading less lowers acceptance
-# where the answer draws on the whole prompt (summarization: 0.54 at temperature 1 with 256), so
-# it was 512 until the default drafter became `hybrid`, whose copies read the whole context:
-# then 256 was faster for it and no slower for a fixed chain on the long-prompt tasks (one run
-# each, drafters of both windows beside one verifier, prompts alternated; Spec-Bench
-# summarization and RAG, 128 new tokens): hybrid 61.6 against 68.4 ms per token at temperature
-# 0 (8 prompts) and 94.6 against 106.1 at temperature 1 (12 prompts); a fixed 6-chain of
-# onnx-quantized 76.9 either way (6 prompts). Then 128 (bench/round_costs.py --drafter-args, the
-# same 5 summarization and 5 RAG prompts, hybrid, windows of 64, 128 and 256 beside one
-# verifier): at temperature 0, 59.7 against 65.4 ms per token in one run and 59.0 against 62.3
-# in another (the first round 1.6 s against 2.0 s per prompt; after it 46.0 against 47.9 ms per
-# token); at temperature 1, 88.6 against 89.1 (each window its own samples, so noisy). 64 was no
-# faster at temperature 0 (60.6, 57.3) and its acceptance lower at temperature 1 (0.71 against
-# 0.77 at the first position). The drafter sees the prompt's last PROMPT_WINDOW
-# tokens plus everything generated; q is still what it samples from (exactness does not depend
-# on what the drafter reads). README, "Defaults".
+# does (int8 products are no faster for many rows): on this 2-core CPU a 1,000-token prompt took
+# the target 2.1 s, the drafter 1.2 s, both at once 3.0 s. Reading less lowers the model's
+# acceptance where the answer draws on the whole prompt, but `hybrid`'s copies read the whole
+# context. With them, windows of 64, 128 and 256 beside one verifier (bench/round_costs.py
+# --drafter-args, 5 summarization and 5 RAG prompts): at temperature 0, 128 made 59.7 against
+# 65.4 ms per token (256) in one run and 59.0 against 62.3 in another; at temperature 1, 88.6
+# against 89.1. 64 was no faster at temperature 0 (60.6, 57.3) and its acceptance lower at
+# temperature 1 (0.71 against 0.77 at the first position). The drafter sees the prompt's last
+# PROMPT_WINDOW tokens plus everything generated; q is still what it samples from (exactness
+# does not depend on what the drafter reads). docs/design/prompt-read-after-prefill.md.
 PROMPT_WINDOW = 128
 
 # (chain so far, max depth, max nodes, seconds of one model step, seconds the first step takes

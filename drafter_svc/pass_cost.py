@@ -39,9 +39,9 @@ of rounds (a 2x slower machine: 20-30), a burst of contention does not make draf
 ruinous. The steps between lone passes are 10-20% of a pass, but in service some sizes may cost
 lastingly more than timed lone, which the residual must be free to learn: in a traced T=1 run,
 passes with 4 drafted nodes took 46-55 ms against 35-40 lone (plain passes as timed), and a
-quarter of the line kept r(n) from learning it (2-3 nodes priced 5-9 ms under what they took).
-That excess was numpy's BLAS worker in the drafter process spinning beside those passes, since
-stopped (specdec/cli.py); another process on the same cores can cause the same.
+clip of a quarter of the line kept r(n) from learning it (2-3 nodes priced 5-9 ms under what
+they took). Any other process on the same cores can cause such an excess (that one was numpy's
+BLAS worker, which specdec/cli.py keeps to one thread); docs/design/pass-cost.md.
 
 In Leviathan's units (one plain pass at the same context = 1) a round of n >= 1 nodes costs
 1 + c0 + c n + e(n): c = (t_node + h L) / t(0, L), the per-node cost ratio, c0 = t_jump / t(0, L),
@@ -70,7 +70,7 @@ PRIOR_PER_NODE_CONTEXT = 1e-6
 PRIOR_CONTEXT = 300
 CONTEXT_UNIT = 1000.0  # the context regressor's unit, keeping the normal equations well conditioned
 RESIDUAL_PRIOR_WEIGHT = 1.0  # pseudo-rounds of each size's prior residual (0 unless seeded) behind r(n)
-RESIDUAL_CLIP = 0.5  # a round's residual enters r(n) clipped to +-this share of the line's seconds (was 0.25)
+RESIDUAL_CLIP = 0.5  # a round's residual enters r(n) clipped to +-this share of the line's seconds (docs/design/pass-cost.md)
 LINE_CLIP = 1.5  # a round enters the line clipped to [1 / this, this] times the line
 
 

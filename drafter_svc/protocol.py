@@ -42,7 +42,7 @@ class Defaults:
     (on at temperature 0 only). `busy_drafter` (empty: `drafter`) is the drafter of a request
     that arrives while the process or its verifier serves other sessions: under `--drafter auto`
     the copy drafter, which has no prefill and no model steps to take cores from a busy verifier
-    (README, "Defaults")."""
+    (docs/design/hybrid-drafter.md)."""
 
     drafter: str
     num_draft_tokens: int

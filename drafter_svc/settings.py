@@ -45,27 +45,26 @@ class DrafterSettings:
     num_draft_tokens: int = field(default=8, metadata={"help": "draft length (tree depth) used when a request sets none"})
     # Trees of 2x the draft length gave the longest mean acceptance length per target pass in
     # three bench runs (bench/results/spec_bench-20261122-024820, -025633, -030646), at no
-    # measurable speed cost on a 2-core CPU; 4x added nothing more. See README, "Token trees".
+    # measurable speed cost on a 2-core CPU; 4x added nothing more: docs/design/trees-vs-chains.md.
     max_tree_nodes: int = field(
         default=16, metadata={"help": "tree nodes per round at the default draft length (scaled with a request's own length)"}
     )
     # The model drafters' own default shape: a chain (siblings cost them leaf draws that mostly
-    # end the walk early at temperature 1; README, "ONNX drafters"), up to 8 deep under `auto`,
-    # which cuts it where a step would not pay: 1.07x over up to 6 at temperature 0 (README,
-    # "Up to 8 deep").
+    # end the walk early at temperature 1: docs/design/trees-vs-chains.md), up to 8 deep under
+    # `auto`, which cuts it where a step would not pay: 1.07x over up to 6 at temperature 0
+    # (docs/design/draft-length.md).
     model_num_draft_tokens: int = field(default=8, metadata={"help": "draft length used when a request names none, for the model drafters (onnx-*)"})
     model_max_tree_nodes: int = field(default=8, metadata={"help": "tree nodes per round at the model drafters' default draft length"})
-    # `auto` is the default: in bench/results/spec_bench-20261122-1443* and later (README,
-    # "Draft-length policies") it is within the run-to-run noise of the best fixed length chosen
+    # `auto` is the default: it is within the run-to-run noise of the best fixed length chosen
     # after the fact, and under load it prices drafts with the verifier's pass costs and turns
-    # speculation off when it cannot pay (README, "Speculation under load").
+    # speculation off when it cannot pay (docs/design/draft-length.md).
     draft_policy: str = field(
         default="auto",
         metadata={"help": "draft-length policy when a request names none: auto, fixed, leviathan, specdec++, copy-confidence"},
     )
     # Off: where drafter and verifier share the cores (one machine), pre-drafting slows the
-    # verifier's pass by more than it hides (README, "One thread for the model"); `greedy` or
-    # `on` where the drafter has cores of its own.
+    # verifier's pass by more than it hides (docs/design/overlap-off-on-shared-cores.md); `greedy`
+    # or `on` where the drafter has cores of its own.
     overlap: str = field(
         default="off",
         metadata={"help": "draft the next round while the verifier checks this one when a request does not say: on, off, or greedy (at temperature 0 only)"},
@@ -83,7 +82,7 @@ class DrafterSettings:
     tls_cert_file: str = field(default="", metadata={"help": "PEM server certificate: serve TLS (empty: plaintext)"})
     tls_key_file: str = field(default="", metadata={"help": "PEM private key of tls_cert_file"})
     tls_client_ca_file: str = field(default="", metadata={"help": "PEM CA: require client certificates it signed (mutual TLS)"})
-    # Reliability and security (README, "Reliability and security")
+    # Reliability and security (docs/concepts/failover.md, docs/deployment.md)
     resume_attempts: int = field(default=8, metadata={"help": "re-opens of a broken verifier session per break, on the same or another verifier (0: fail with UNAVAILABLE)"})
     resume_backoff_seconds: float = field(default=0.25, metadata={"help": "wait before the second re-open attempt; doubles per attempt, up to 4 s"})
     auth_token_file: str = field(default="", metadata={"help": "file holding the bearer token clients must send (authorization: Bearer ...); empty: no check"})

@@ -12,9 +12,9 @@ import grpc
 # numpy's BLAS (OpenBLAS) keeps its worker thread spinning for a while after each threaded call,
 # such as the entropy of a flat q (a dot product of over 10,000 entries). In the drafter that
 # spin ran during the verifier's target passes, on the cores the two services share: over a
-# quarter of the drafted passes of a T=1 summarization took twice their time (README, "A
-# spinning BLAS thread"). Neither service needs threaded numpy: their tensor work runs in torch
-# and onnxruntime. Set before any command imports numpy; an explicit setting wins.
+# quarter of the drafted passes of a T=1 summarization took twice their time (measurement:
+# docs/design/blas-thread.md). Neither service needs threaded numpy: their tensor work runs in
+# torch and onnxruntime. Set before any command imports numpy; an explicit setting wins.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 

@@ -1,6 +1,6 @@
 """Pins a service's process to some CPUs (`--cpus`), so that on one machine the drafter and the
-verifier can each have cores of their own, as separate pods have (README,
-"Overlap on a core of its own").
+verifier can each have cores of their own, as separate pods have (what that gains and costs:
+docs/design/overlap-off-on-shared-cores.md).
 
 Linux only (`os.sched_setaffinity`); elsewhere a non-empty list is refused at start.
 """

@@ -20,8 +20,7 @@ The threshold is a constant, not the verifier's online fit of a and m (pass_time
 sees decode passes only, whose rows and cache slots both grow with the rounds in them, so it
 cannot well tell a row's cost from a slot's. A split of the waiting rounds by that fit (which
 also kept long caches from padding short ones) made the load benchmark's throughput swing by up
-to half between the two halves of a pair (bench/results/load_bench-20261123-052420; README,
-"Prefills no longer pad decode rounds").
+to half between the two halves of a pair (bench/results/load_bench-20261123-052420).
 
 Pure: no threads, no model.
 """
