@@ -21,7 +21,7 @@ README_MAX_BYTES = 12 * 1024
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)|!\[[^\]]*\]\(([^)\s]+)\)")
 HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 FENCE = re.compile(r"^\s*(```|~~~)")
-HISTORY = re.compile(r"\bstop [0-9]+|\(was ")
+HISTORY = re.compile(r'\bstop [0-9]+|\(was |README,? "')  # history, or a pointer at a README heading
 
 
 def _markdown_files() -> list[Path]:
@@ -127,8 +127,8 @@ def _comments_and_docstrings(source: str) -> list[tuple[int, str]]:
 
 
 def test_history_finder_sees_history() -> None:
-    source = 'def f():\n    """Cut at 3 (was 4)."""\n    x = "stop 5"  # stop 12 measured it\n'
-    assert [line for line, _ in _comments_and_docstrings(source) if HISTORY.search(_)] == [2, 3]
+    source = 'def f():\n    """Cut at 3 (was 4)."""\n    x = "stop 5"  # stop 12 measured it\n    # see README, "Defaults"\n'
+    assert [line for line, text in _comments_and_docstrings(source) if HISTORY.search(text)] == [2, 3, 4]
 
 
 def test_comments_state_contracts_not_history() -> None:

@@ -7,7 +7,7 @@ database, no deadline). Every case must end with a status or a complete stream w
 timeout: never INTERNAL or UNKNOWN (an unhandled server error), never DEADLINE_EXCEEDED (a hang),
 and valid input never refused as garbage. Meanwhile a greedy session runs again and again and
 must produce the reference tokens every time. The seed corpus tests/fuzz_corpus/ (the nastiest
-inputs, see its README) is replayed first.
+inputs, listed in its build_corpus.py) is replayed first.
 
 Valid cases are kept cheap (at most 2 new tokens, prompts of a few tokens), so most cases are
 refused in milliseconds and the module takes about a minute.
