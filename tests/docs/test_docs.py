@@ -164,3 +164,9 @@ def test_api_page_lists_every_field() -> None:
     for proto in (REPO_ROOT / "protos" / "specdec" / "v1").glob("*.proto"):
         for name in re.findall(r"^\s*(?:optional |repeated )?[\w.]+\s+(\w+)\s*=\s*\d+\s*;", proto.read_text(), re.M):
             assert f"| `{name}` |" in page, f"{proto.name}: {name} missing from docs/usage/api.md"
+
+
+@pytest.mark.parametrize("path", _markdown_files(), ids=lambda p: str(p.relative_to(REPO_ROOT)))
+def test_docs_state_how_things_are_not_sessions(path: Path) -> None:
+    hits = [line for line in _prose_lines(path) if re.search(r"\bstop [0-9]+|\(was ", line)]
+    assert not hits, f"{path.relative_to(REPO_ROOT)}: " + " | ".join(hits)
