@@ -1,0 +1,228 @@
+"""The verifier engine's profile on this machine: where a target pass's time goes, against the
+memory floor. Decisions about the engine (kernels, layouts, compilation, batching) are made from
+its output; docs/benchmarks.md holds the committed runs.
+
+It prints, for the served model and device:
+
+1. the memory floor: the weights' bytes over a measured read bandwidth (a token must read every
+   weight once), as ms/token and tok/s;
+2. plain decoding (no drafts) in-process (TargetModel.score, one token a pass) and through the
+   real services on loopback (`specdec.Client`, num_draft_tokens=0), ms/token after the first;
+3. the verify-pass cost curve t(n)/t(1) for n = 1..N new tokens (a root and n-1 drafted nodes in
+   a chain) for a lone session and for batches of B sessions (`score_batch`);
+4. a breakdown of a one-token and an n-token pass: linear layers, attention, output head, other
+   tensor ops, and the Python/framework time between kernels (wall time less the time inside
+   tensor ops, from torch.profiler), the acceptance rule on the pass's logits, and the gRPC round
+   trip per round seen by the drafter (its round trip less the verifier's pass).
+
+    flock /tmp/specdec-cpu.lock python -m bench.engine
+    python -m bench.engine --device cuda --batches 1 4 16 --max-new 16
+
+Times are the median of --repeats after a warm-up; every shape of one table is measured in the
+same run. Compare numbers only within one run of this command (the machine is shared).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import torch
+
+from bench.engine_parts import pass_breakdown
+from bench.machine import describe
+from verifier_svc.batched_pass import PassInput, score_batch
+from verifier_svc.kv_cache import KVCache
+from verifier_svc.server import load_target
+from verifier_svc.settings import VerifierSettings
+from verifier_svc.target_model import TargetModel
+from verifier_svc.token_tree import chain
+
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="default", help="model source (as the verifier's --model)")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--dtype", choices=DTYPES, default="float32")
+    p.add_argument("--context", type=int, default=256, help="cached tokens per session before the timed passes")
+    p.add_argument("--max-new", type=int, default=16, help="the curve's largest n (new tokens a pass)")
+    p.add_argument("--batches", type=int, nargs="+", default=[1, 4, 16], help="sessions per pass in the curve")
+    p.add_argument("--decode-tokens", type=int, default=64, help="tokens of plain decoding timed")
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--no-services", action="store_true", help="skip plain decoding through the services")
+    p.add_argument("--json", type=Path, default=None, help="also write the results here")
+    return p.parse_args(argv)
+
+
+def median_seconds(run: Callable[[], object], repeats: int, reset: Callable[[], object] = lambda: None) -> float:
+    """Median wall time of `run` over `repeats` calls after one warm-up, `reset` between calls
+    (untimed); on CUDA each call is synchronized."""
+    times = []
+    for i in range(repeats + 1):
+        reset()
+        sync()
+        started = time.perf_counter()
+        run()
+        sync()
+        if i:
+            times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def sync() -> None:
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
+def read_bandwidth(device: str, mib: int = 512, repeats: int = 7) -> float:
+    """Bytes per second a full read of a `mib` MiB tensor reaches (the fastest of `repeats` sums)."""
+    data = torch.ones(mib * 2**20 // 4, dtype=torch.float32, device=device)
+    best = float("inf")
+    for _ in range(repeats):
+        sync()
+        started = time.perf_counter()
+        data.sum()
+        sync()
+        best = min(best, time.perf_counter() - started)
+    return data.numel() * 4 / best
+
+
+def weight_bytes(model: torch.nn.Module) -> int:
+    """Bytes of the model's parameters, a tied embedding counted once (parameters() dedups)."""
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+def prefilled(target: TargetModel, sessions: int, context: int) -> list[KVCache]:
+    caches = [target.new_cache() for _ in range(sessions)]
+    for s, cache in enumerate(caches):
+        target.score(cache, [1000 + (7 * s + i) % 20000 for i in range(context)], chain([]))
+    return caches
+
+
+def plain_decode_in_process(target: TargetModel, context: int, tokens: int) -> float:
+    """Seconds per token of greedy one-token passes after `context` cached tokens."""
+    cache = prefilled(target, 1, context)[0]
+    token = 5000
+    started = None
+    for i in range(tokens + 1):
+        if i == 1:  # the first pass is a warm-up
+            sync()
+            started = time.perf_counter()
+        token = int(target.score(cache, [token], chain([]))[0].argmax())
+    sync()
+    assert started is not None
+    return (time.perf_counter() - started) / tokens
+
+
+def plain_decode_through_services(args: argparse.Namespace) -> dict[str, float]:
+    """ms/token after the first, and the drafter's gRPC round trip per round less the verifier's
+    pass, of greedy plain decoding through a real verifier + drafter on loopback."""
+    from specdec.client import Client
+    from specdec.launcher import LocalCluster
+
+    prompt = "Write a short story about a lighthouse keeper who finds a message in a bottle."
+    verifier = ["--model", args.model, "--device", args.device, "--dtype", args.dtype]
+    with tempfile.TemporaryDirectory() as logs, LocalCluster(Path(logs), verifier_args=verifier, drafter_args=["--drafter", "copy"]) as c:
+        with Client(c.address) as client:
+            client.generate(prompt, max_new_tokens=8, num_draft_tokens=0)  # warm-up
+            runs = [client.generate(prompt, max_new_tokens=args.decode_tokens, num_draft_tokens=0).stats for _ in range(3)]
+    decode = [(s.total_seconds - s.time_to_first_token_seconds) / max(1, s.generated_tokens - 1) for s in runs]
+    network = [s.network_seconds / max(1, s.rounds) for s in runs]
+    return {"ms_per_token": 1000 * statistics.median(decode), "grpc_round_trip_ms": 1000 * statistics.median(network)}
+
+
+def pass_curve(target: TargetModel, batches: Sequence[int], context: int, max_new: int, repeats: int) -> dict[int, list[float]]:
+    """{B: [t(1), ..., t(max_new)] seconds}: a pass of n new tokens in each of B sessions (a lone
+    session runs TargetModel.score, as the verifier does; B > 1 runs score_batch)."""
+    curve: dict[int, list[float]] = {}
+    for batch in batches:
+        caches = prefilled(target, batch, context)
+        times = []
+        for n in range(1, max_new + 1):
+            inputs = [PassInput(c, [5000], chain([6000 + j for j in range(n - 1)])) for c in caches]
+
+            def run() -> object:
+                if batch == 1:
+                    return target.score(inputs[0].cache, inputs[0].pending, inputs[0].tree)
+                return score_batch(target, inputs)
+
+            def reset() -> None:
+                for cache in caches:
+                    cache.truncate(context)
+
+            times.append(median_seconds(run, repeats, reset))
+        curve[batch] = times
+        print(f"  B={batch}: " + " ".join(f"{1000 * t:.1f}" for t in times) + " ms", file=sys.stderr, flush=True)
+    return curve
+
+
+def report(args: argparse.Namespace, results: dict) -> str:
+    floor = results["floor"]
+    lines = [
+        f"# Engine profile: {args.model} on {args.device}, {args.dtype}",
+        "",
+        f"machine: {results['machine']['cpu_model']}, {results['machine']['usable_cpus']} usable CPUs, torch {results['machine']['torch']}, "
+        f"commit {results['machine']['git_commit']}; {args.context} cached tokens a session; medians of {args.repeats}",
+        "",
+        "| quantity | ms/token | tok/s | / floor |",
+        "|---|---|---|---|",
+        f"| memory floor ({floor['weight_mb']:.0f} MB of weights at {floor['read_gbs']:.1f} GB/s) | {floor['ms']:.2f} | {1000 / floor['ms']:.1f} | 1.00 |",
+    ]
+    for name, key in (("plain decoding, in-process", "in_process_ms"), ("plain decoding, through the services", "services_ms")):
+        if key in results:
+            ms = results[key]
+            lines.append(f"| {name} | {ms:.2f} | {1000 / ms:.1f} | {ms / floor['ms']:.2f} |")
+    lines += ["", "Verify-pass cost t(n)/t(1), n new tokens per session (t(1) in ms):", ""]
+    n_max = max(len(v) for v in results["curve"].values())
+    lines.append("| sessions B | t(1) ms | " + " | ".join(str(n) for n in range(2, n_max + 1)) + " |")
+    lines.append("|---|---|" + "---|" * (n_max - 1))
+    for batch, times in results["curve"].items():
+        lines.append(f"| {batch} | {1000 * times[0]:.1f} | " + " | ".join(f"{t / times[0]:.2f}" for t in times[1:]) + " |")
+    lines += ["", "Per-pass breakdown (ms, lone session):", "", "| part | " + " | ".join(f"n={n}" for n in results["breakdown"]) + " |"]
+    lines.append("|---|" + "---|" * len(results["breakdown"]))
+    parts = list(next(iter(results["breakdown"].values())))
+    for part in parts:
+        lines.append(f"| {part} | " + " | ".join(f"{b[part]:.2f}" for b in results["breakdown"].values()) + " |")
+    if "grpc_round_trip_ms" in results:
+        lines.append(f"| gRPC round trip per round (drafter's, less the pass) | {results['grpc_round_trip_ms']:.2f} |" + " |" * (len(results["breakdown"]) - 1))
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str]) -> int:
+    args = parse_args(argv)
+    torch.manual_seed(0)
+    # Loaded, warmed and tuned as the verifier service does it.
+    target, _ = load_target(VerifierSettings(model=args.model, device=args.device, dtype=args.dtype))
+    model = target.model
+    results: dict = {"machine": describe(), "args": {k: str(v) for k, v in vars(args).items()}}
+    bandwidth = read_bandwidth(args.device)
+    weights = weight_bytes(model)
+    results["floor"] = {"weight_mb": weights / 1e6, "read_gbs": bandwidth / 1e9, "ms": 1000 * weights / bandwidth}
+    print("plain decoding in-process ...", file=sys.stderr, flush=True)
+    results["in_process_ms"] = 1000 * plain_decode_in_process(target, args.context, args.decode_tokens)
+    print("verify-pass curve ...", file=sys.stderr, flush=True)
+    results["curve"] = pass_curve(target, args.batches, args.context, args.max_new, args.repeats)
+    print("per-pass breakdown ...", file=sys.stderr, flush=True)
+    results["breakdown"] = {n: pass_breakdown(target, args.context, n, args.repeats) for n in sorted({1, min(8, args.max_new)})}
+    del model, target
+    if not args.no_services:
+        print("plain decoding through the services ...", file=sys.stderr, flush=True)
+        services = plain_decode_through_services(args)
+        results["services_ms"] = services["ms_per_token"]
+        results["grpc_round_trip_ms"] = services["grpc_round_trip_ms"]
+    print(report(args, results))
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,107 @@
+"""Where one target pass's time goes (bench/engine.py's breakdown table).
+
+A pass is run under torch.profiler and its tensor ops' own (self) times are summed by kind:
+matrix products (the linear layers; the output head's share is timed apart on the pass's hidden
+rows and taken out), attention kernels, and every other op (norms, rotary, elementwise, copies).
+What the pass's unprofiled wall time has beyond the ops is Python and framework time between
+kernels. The acceptance rule's share is timed on the pass's own logits: greedy (argmax walk) and
+exact sampling at temperature 1 (standardize + multi-draft speculative sampling).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from specdec.sampling_params import SamplingParams
+from verifier_svc.acceptance import verify_greedy, verify_speculative
+from verifier_svc.sampling import standardize
+from verifier_svc.target_model import TargetModel
+from verifier_svc.token_tree import chain
+
+# torch ops whose self time is a matrix product of the linear layers (F.linear lowers to addmm
+# or mm; the weight-first layout calls mm itself).
+LINEAR_OPS = ("aten::mm", "aten::addmm", "aten::linear", "aten::matmul", "aten::_mkldnn_linear", "aten::mkldnn_linear")
+ATTENTION_MARKERS = ("scaled_dot_product", "flash_attention", "efficient_attention", "cudnn_attention")
+
+
+def _timed(fn: Callable[[], object], repeats: int) -> float:
+    """Median seconds of fn() over `repeats` calls after one warm-up."""
+    times = []
+    for i in range(repeats + 1):
+        started = time.perf_counter()
+        fn()
+        if i:
+            times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def op_seconds_by_kind(prof: profile, passes: int) -> dict[str, float]:
+    """Self CPU seconds per pass of the profiled ops: linear, attention, other."""
+    kinds = {"linear": 0.0, "attention": 0.0, "other": 0.0}
+    for event in prof.events():
+        name = event.name
+        if not (name.startswith("aten::") or "::" in name) or name.startswith("ProfilerStep"):
+            continue  # user annotations and profiler bookkeeping
+        seconds = event.self_cpu_time_total / 1e6
+        if name in LINEAR_OPS:
+            kinds["linear"] += seconds
+        elif any(marker in name for marker in ATTENTION_MARKERS):
+            kinds["attention"] += seconds
+        else:
+            kinds["other"] += seconds
+    return {k: v / passes for k, v in kinds.items()}
+
+
+def pass_breakdown(target: TargetModel, context: int, new_tokens: int, repeats: int) -> dict[str, float]:
+    """Milliseconds of one lone pass of `new_tokens` (a root + a chain) after `context` cached
+    tokens, by part: wall, linear layers (without the head), output head, attention, other ops,
+    Python between kernels, and the acceptance rule (greedy; sampled at temperature 1)."""
+    cache = target.new_cache()
+    target.score(cache, [1000 + i % 20000 for i in range(context)], chain([]))
+    tree = chain([6000 + j for j in range(new_tokens - 1)])
+
+    def run() -> torch.Tensor:
+        cache.truncate(context)
+        return target.score(cache, [5000], tree)
+
+    wall = _timed(run, repeats)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        started = time.perf_counter()
+        for _ in range(repeats):
+            run()
+        profiled_wall = (time.perf_counter() - started) / repeats
+    ops = op_seconds_by_kind(prof, repeats)
+
+    hidden = torch.randn(new_tokens, target.model.config.hidden_size, dtype=target.dtype, device=target.device)
+    head = target.model.get_output_embeddings()
+    with torch.inference_mode(), target.kernels():
+        head_seconds = _timed(lambda: head(hidden), repeats)
+
+    logits = run()
+    vocab = logits.shape[-1]
+    q_ids = torch.randint(0, vocab, (len(tree), 1))
+    q_probs = torch.ones(len(tree), 1)
+    generator = torch.Generator().manual_seed(0)
+    params = SamplingParams(temperature=1.0)
+    greedy = _timed(lambda: verify_greedy(logits, tree), repeats)
+    sampled = _timed(lambda: verify_speculative(standardize(logits, params), tree, q_ids, q_probs, generator), repeats)
+
+    # The profiled passes' parts, scaled to the unprofiled wall time (the profiler slows the
+    # framework between ops, not the kernels, so this slightly overstates the Python share).
+    scale = wall / profiled_wall
+    in_ops = sum(ops.values())
+    return {
+        "wall": 1000 * wall,
+        "linear layers (without the head)": 1000 * scale * max(0.0, ops["linear"] - head_seconds),
+        "output head": 1000 * scale * min(head_seconds, ops["linear"]),
+        "attention": 1000 * scale * ops["attention"],
+        "other tensor ops": 1000 * scale * ops["other"],
+        "Python/framework between kernels": 1000 * scale * max(0.0, profiled_wall - in_ops),
+        "acceptance, greedy": 1000 * greedy,
+        "acceptance, sampled T=1": 1000 * sampled,
+    }

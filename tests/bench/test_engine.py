@@ -1,0 +1,52 @@
+"""bench/engine.py's accounting: ops are sorted into the right kinds, and the report shows every
+measured part (the timings themselves are the benchmark's, never asserted here)."""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+import torch.nn.functional as F
+from torch.profiler import ProfilerActivity, profile
+
+from bench.engine import report, weight_bytes
+from bench.engine_parts import op_seconds_by_kind
+
+
+def test_profiled_ops_are_sorted_by_kind() -> None:
+    x, w = torch.randn(8, 256), torch.randn(512, 256)
+    q = k = v = torch.randn(1, 4, 64, 32)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(3):
+            F.linear(x, w)
+            F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            torch.relu(x)
+    kinds = op_seconds_by_kind(prof, passes=3)
+    assert kinds["linear"] > 0 and kinds["attention"] > 0 and kinds["other"] > 0
+
+
+def test_weight_bytes_counts_a_tied_weight_once() -> None:
+    embedding = torch.nn.Embedding(100, 16)
+    head = torch.nn.Linear(16, 100, bias=False)
+    head.weight = embedding.weight
+    model = torch.nn.ModuleDict({"embedding": embedding, "head": head})
+    assert weight_bytes(model) == 100 * 16 * 4
+
+
+def test_report_shows_floor_curve_and_breakdown() -> None:
+    args = argparse.Namespace(model="default", device="cpu", dtype="float32", context=256, repeats=5)
+    results = {
+        "machine": {"cpu_model": "test cpu", "usable_cpus": 2, "torch": "2.13.0", "git_commit": "abc"},
+        "floor": {"weight_mb": 538.0, "read_gbs": 48.0, "ms": 11.2},
+        "in_process_ms": 22.4,
+        "services_ms": 28.0,
+        "grpc_round_trip_ms": 1.5,
+        "curve": {1: [0.020, 0.021, 0.030], 4: [0.030, 0.040, 0.060]},
+        "breakdown": {1: {"wall": 22.0, "output head": 2.0}, 8: {"wall": 30.0, "output head": 3.0}},
+    }
+    text = report(args, results)
+    assert "| memory floor (538 MB of weights at 48.0 GB/s) | 11.20 | 89.3 | 1.00 |" in text
+    assert "| plain decoding, in-process | 22.40 | 44.6 | 2.00 |" in text
+    assert "| 4 | 30.0 | 1.33 | 2.00 |" in text  # t(n)/t(1) for B = 4
+    assert "| output head | 2.00 | 3.00 |" in text
+    assert "gRPC round trip per round" in text
