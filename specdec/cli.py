@@ -1,4 +1,5 @@
-"""The `specdec` command: serve either service, generate from a running drafter, demo, bench."""
+"""specdec: exact speculative decoding as two gRPC services, a drafter (the front door) and a
+verifier (the target model)."""
 
 from __future__ import annotations
 
@@ -90,18 +91,29 @@ _COMMAND_EXTRAS: dict[str, tuple[str, ...]] = {
 }
 
 
+class _CommandListFormatter(argparse.HelpFormatter):
+    """Each command and its help on one line: argparse measures the command names at the indent
+    of the list's heading, one step left of where it prints them; this adds that step."""
+
+    def add_argument(self, action: argparse.Action) -> None:
+        super().add_argument(action)
+        if isinstance(action, argparse._SubParsersAction):
+            self._action_max_length += self._indent_increment
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="specdec", description=__doc__,
-        epilog="Each command has its own --help. Server commands need an extra: pip install 'specdec[drafter]', "
-               "'specdec[verifier]' or 'specdec[all]'.",
+        formatter_class=_CommandListFormatter,
+        epilog="Each command has its own --help. `pip install specdec` runs generate and health; the services "
+               "need an extra: 'specdec[drafter]', 'specdec[verifier]', or 'specdec[all]' for every command.",
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = parser.add_subparsers(title="commands", dest="command", required=True, metavar="COMMAND")
 
-    serve = commands.add_parser("serve", help="run the verifier or the drafter service (specdec serve KIND --help)", add_help=False)
+    serve = commands.add_parser("serve", help="run a service: specdec serve {verifier,drafter}", add_help=False)
     serve.add_argument("kind", choices=["verifier", "drafter"])
 
-    gen = commands.add_parser("generate", help="stream a completion from a running drafter service")
+    gen = commands.add_parser("generate", help="stream a completion from a running drafter")
     gen.add_argument("prompt")
     gen.add_argument("--address", default="127.0.0.1:50051", help="the drafter service")
     gen.add_argument("--chat", action="store_true", help="send the prompt as one user chat message")
@@ -128,22 +140,22 @@ def _parser() -> argparse.ArgumentParser:
     gen.add_argument("--tls-cert-file", default="", help="PEM client certificate (mutual TLS)")
     gen.add_argument("--tls-key-file", default="", help="PEM private key of --tls-cert-file")
 
-    check = commands.add_parser("health", help="exit 0 if a server's grpc.health.v1 status is SERVING (plaintext)")
+    check = commands.add_parser("health", help="exit 0 if a server reports SERVING (grpc.health.v1)")
     check.add_argument("--address", default="127.0.0.1:50051", help="the server's plaintext port (main or health port)")
     check.add_argument("--service", default="", help="service name to ask about ('' = the whole server)")
     check.add_argument("--timeout", type=float, default=3.0)
 
-    demo = commands.add_parser("demo", help="start both services here and compare speculation on and off")
+    demo = commands.add_parser("demo", help="start both services here; compare speculation on and off")
     demo.add_argument("--max-new-tokens", type=int, default=96)
     demo.add_argument("--num-draft-tokens", type=int, default=None, help="draft length (default: the drafter service's)")
     demo.add_argument("--build", action=argparse.BooleanOptionalAction, default=True,
                       help="build the default onnx-quantized drafter first if it is not built (default: on; off: copy drafter)")
     demo.add_argument("--verbose", action="store_true", help="show the output of every step, third-party logs included")
 
-    commands.add_parser("bench", help="speed and acceptance on Spec-Bench prompts, with peers (--help)", add_help=False)
-    commands.add_parser("bench-lossy", help="exact vs. lossy acceptance rules on Spec-Bench prompts (--help)", add_help=False)
-    commands.add_parser("bench-drafter", help="c and alpha of the ONNX drafters against the target (--help)", add_help=False)
-    commands.add_parser("draft", help="build an offline drafter model: specdec draft build {quantized,small} [--verbose] (--help)",
+    commands.add_parser("bench", help="speed and acceptance on Spec-Bench, beside peers", add_help=False)
+    commands.add_parser("bench-lossy", help="exact vs. lossy acceptance rules on Spec-Bench", add_help=False)
+    commands.add_parser("bench-drafter", help="cost and acceptance of the ONNX drafters", add_help=False)
+    commands.add_parser("draft", help="build an ONNX drafter (specdec draft build --help)",
                         add_help=False)
     return parser
 
