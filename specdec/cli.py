@@ -85,9 +85,9 @@ _COMMAND_EXTRAS: dict[str, tuple[str, ...]] = {
     "draft": ("build-drafter",),
     "demo": ("build-drafter",),
     "demo --no-build": ("drafter", "verifier"),
-    "bench": ("build-drafter",),
-    "bench-lossy": ("drafter", "verifier"),
-    "bench-drafter": ("build-drafter",),
+    "bench": ("all",),
+    "bench-lossy": ("all",),
+    "bench-drafter": ("drafter", "verifier"),
 }
 
 

@@ -17,6 +17,7 @@ EXTRA_MODULES: dict[str, tuple[str, ...]] = {
     "build-drafter": (*SERVE_MODULES, "kubernetes", "onnxruntime", "torch", "transformers", "safetensors", "gguf",
                       "accelerate", "onnx", "onnxscript"),
 }
+EXTRA_MODULES["all"] = (*EXTRA_MODULES["build-drafter"], "matplotlib")
 
 
 def missing_modules(extras: Iterable[str]) -> list[str]:
@@ -39,5 +40,5 @@ def needs_extras_message(command: str, extras: Sequence[str]) -> str | None:
         return None
     names = " and ".join(extras)
     noun = "extra" if len(extras) == 1 else "extras"
-    return (f"{command} needs the {names} {noun} ({', '.join(missing)} not installed): "
-            f"pip install 'specdec[{','.join(extras)}]'")
+    shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+    return f"{command} needs the {names} {noun} ({shown} not installed): pip install 'specdec[{','.join(extras)}]'"
