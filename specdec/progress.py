@@ -97,11 +97,12 @@ def _report_failure(label: str, log_path: Path | None, out: IO[str]) -> None:
 
 @contextlib.contextmanager
 def quiet_step(label: str, log_path: Path | None = None, verbose: bool = False, keep_stdout: bool = False) -> Iterator[None]:
-    """Run the body as one step: file descriptors 1 (unless keep_stdout: the step's result) and 2
-    (Python's prints, logging, warnings, and what C extensions write) go to log_path while it runs, Python logging at INFO; the
-    terminal shows the progress line. An exception in the body goes to the log with its
-    traceback, the log's tail is printed, and StepFailed is raised. log_path None, or verbose:
-    nothing is redirected, only the progress lines are added, and exceptions pass unchanged."""
+    """Run the body as one step. While it runs, file descriptors 2 and (unless keep_stdout, for a
+    step whose result is its stdout) 1 point at log_path, so Python's prints, logging (at INFO),
+    warnings, C extensions and child processes all write there; the terminal shows the progress
+    line. An exception in the body goes to the log with its traceback, the log's tail is
+    printed, and StepFailed is raised. log_path None, or verbose: nothing is redirected, only the
+    progress lines are added, and exceptions pass unchanged."""
     terminal = os.fdopen(os.dup(2), "w", encoding="utf-8", errors="replace")
     line = _Line(label, terminal)
     log = None if verbose else log_path
