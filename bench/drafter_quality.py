@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.machine import describe
-from bench.prompts import QUESTIONS_FILE, TASKS, bench_dir, load_questions, select
+from bench.prompts import TASKS, add_prompts_flag, load_bench_questions, select
 from drafter_svc.draft_sampling import TAIL_MASS, draft_distribution
 from drafter_svc.drafter import MODEL_DRAFTERS
 from drafter_svc.onnx_drafter import DraftModel, causal_bias
@@ -65,7 +65,8 @@ def alpha_at(p_logits: np.ndarray, q_logits: np.ndarray, params: SamplingParams,
 
 
 def measure(
-    kinds: Sequence[str], rows: Sequence[str], per_row: int, new_tokens: int, temperatures: Sequence[float]
+    kinds: Sequence[str], questions: Sequence[dict], rows: Sequence[str], per_row: int, new_tokens: int,
+    temperatures: Sequence[float],
 ) -> dict[str, object]:
     import torch
 
@@ -76,7 +77,7 @@ def measure(
     target = load_model(model_dir("default"), "cpu", torch.float32)
     as_verifier = TargetModel(target, "default")  # its CPU passes' linear layout (weight first, untuned)
     drafters = {kind: DraftModel(drafter_dir("default", kind)) for kind in kinds}
-    prompts = select(load_questions(bench_dir() / QUESTIONS_FILE), rows, per_row)
+    prompts = select(questions, rows, per_row)
     results: dict[str, dict[str, dict[str, list[float]]]] = {k: {} for k in kinds}
     target_steps: list[float] = []
     draft_steps: dict[str, list[float]] = {k: [] for k in kinds}
@@ -164,6 +165,7 @@ def main(argv: Sequence[str]) -> int:
     p.add_argument("--per-category", type=int, default=2)
     p.add_argument("--new-tokens", type=int, default=48, help="positions per prompt (the target's greedy continuation)")
     p.add_argument("--draft-length", type=int, default=4, help="g of the predicted speedup")
+    add_prompts_flag(p)
     p.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
     args = p.parse_args(list(argv))
     kinds = [k.strip() for k in args.drafters.split(",") if k.strip()]
@@ -173,7 +175,7 @@ def main(argv: Sequence[str]) -> int:
         print(f"specdec bench-drafter: build first: {'; '.join(f'specdec draft build {k}' for k in missing)}", file=sys.stderr)
         return 2
     started = datetime.now(timezone.utc)
-    report = measure(kinds, rows, args.per_category, args.new_tokens, TEMPERATURES)
+    report = measure(kinds, load_bench_questions(args.prompts), rows, args.per_category, args.new_tokens, TEMPERATURES)
     text = (f"# ONNX drafters: c and alpha against the target, {started:%Y-%m-%d %H:%M} UTC\n\n"
             f"{args.per_category} prompts per row, {args.new_tokens} positions each\n\n"
             f"{markdown(report, rows, TEMPERATURES, args.draft_length)}\n")

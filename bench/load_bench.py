@@ -46,7 +46,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from bench import machine
-from bench.prompts import QUESTIONS_FILE, TASKS, Prompt, bench_dir, load_questions, select
+from bench.prompts import TASKS, Prompt, add_prompts_flag, load_bench_questions, select
 from specdec.client import AsyncClient
 from specdec.launcher import LocalCluster, Service, free_port
 
@@ -67,6 +67,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--per-row", type=int, default=4, help="prompts per Spec-Bench task")
     p.add_argument("--verifier-arg", action="append", default=[], help="extra flag for the verifier (repeatable)")
     p.add_argument("--drafter-arg", action="append", default=[], help="extra flag for the drafter (repeatable)")
+    add_prompts_flag(p)
     p.add_argument("--out", type=Path, default=RESULTS)
     p.add_argument("--render", type=Path, help="only redraw the table (.md) and plot (.png) of this run's JSON")
     return p.parse_args(argv)
@@ -355,7 +356,7 @@ def main(argv: Sequence[str]) -> int:
         plot(rows, args.render.with_suffix(".png"))
         print(table(rows))
         return 0
-    prompts = select(load_questions(bench_dir() / QUESTIONS_FILE), list(TASKS), args.per_row)
+    prompts = select(load_bench_questions(args.prompts), list(TASKS), args.per_row)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     described = machine.describe()  # before the run: the commit measured, not whatever is checked out at its end
     rows: list[dict] = []

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from bench.machine import describe
 from bench.output_quality import TargetScorer, final_number, reference_answer
-from bench.prompts import QUESTIONS_FILE, TASKS, Prompt, bench_dir, load_questions, select
+from bench.prompts import TASKS, Prompt, add_prompts_flag, load_bench_questions, select
 from bench.report import OVERALL, Record, summarize
 from bench.spec_bench import run
 from bench.systems import BASELINE, Decoding, Output, SpecdecSystem, System, parse_config
@@ -57,6 +57,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--greedy-per-category", type=int, default=1, help="prompts per task at temperature 0 (0 skips; default 1)")
     p.add_argument("--config", default="copy-k4", help="drafter configuration, as in specdec bench (default copy-k4)")
     p.add_argument("--seed", type=int, default=0, help="prompt i is sampled with seed + i by every rule")
+    add_prompts_flag(p)
     p.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
     return p.parse_args(list(argv))
 
@@ -138,7 +139,7 @@ def _gsm8k(records: Sequence[Record], questions: dict[int, dict], names: Sequenc
 
 def main(argv: Sequence[str]) -> int:
     args = parse_args(argv)
-    questions = load_questions(bench_dir() / QUESTIONS_FILE)
+    questions = load_bench_questions(args.prompts)
     by_id = {q["question_id"]: q for q in questions}
     others = [t for t in TASKS if t != MATH]
     sampled_groups = [(select(questions, others, args.per_category), args.max_new_tokens),

@@ -7,6 +7,7 @@ or a single MT-bench category when one is asked for by name.
 
 from __future__ import annotations
 
+import argparse
 import itertools
 import json
 import os
@@ -42,11 +43,38 @@ class Prompt:
         return [{"role": "user", "content": self.text}]
 
 
-def bench_dir() -> Path:
-    """$SPECDEC_BENCH_DIR, else <repo root>/../shared/bench."""
+class PromptsNotFound(FileNotFoundError):
+    """The prompt file is not in the folder looked in; the message (one line) says which file is
+    needed, where it comes from and how to point at it."""
+
+
+def bench_dir(prompts: Path | None = None) -> Path:
+    """The folder of the prompt files: `prompts` (a --prompts flag), else $SPECDEC_BENCH_DIR, else
+    ../shared/bench beside the repository (where the project's machines keep them)."""
+    if prompts is not None:
+        return prompts
     if env := os.environ.get("SPECDEC_BENCH_DIR"):
         return Path(env)
     return Path(__file__).resolve().parents[1].parent / "shared" / "bench"
+
+
+def load_bench_questions(prompts: Path | None = None) -> list[dict]:
+    """Spec-Bench's questions from bench_dir(prompts); PromptsNotFound if the file is not there."""
+    path = bench_dir(prompts) / QUESTIONS_FILE
+    if not path.is_file():
+        raise PromptsNotFound(
+            f"needs {QUESTIONS_FILE}, Spec-Bench's 480 questions (github.com/hemingkx/Spec-Bench, file "
+            f"data/spec_bench/question.jsonl, Apache-2.0), in the folder given by --prompts DIR or SPECDEC_BENCH_DIR; "
+            f"it is not in {path.parent}"
+        )
+    return load_questions(path)
+
+
+def add_prompts_flag(parser: argparse.ArgumentParser) -> None:
+    """The --prompts DIR flag of the benchmarks that read Spec-Bench."""
+    parser.add_argument("--prompts", type=Path, default=None, metavar="DIR",
+                        help=f"folder holding {QUESTIONS_FILE} (default: $SPECDEC_BENCH_DIR, else ../shared/bench "
+                             "beside the repository)")
 
 
 def load_questions(path: Path) -> list[dict]:

@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from contextlib import ExitStack
 from pathlib import Path
 
-from bench.prompts import QUESTIONS_FILE, bench_dir, load_questions, select
+from bench.prompts import add_prompts_flag, load_bench_questions, select
 from bench.systems import parse_config
 from specdec.client import Client, GenerationStats
 from specdec.launcher import LocalCluster, Service
@@ -63,6 +63,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         help="arguments of one more drafter process (space-separated), whose rows are named by them; repeatable",
     )
     p.add_argument("--split-cores", action="store_true", help="also on a cluster with the verifier on the first CPU and the drafter on the last")
+    add_prompts_flag(p)
     return p.parse_args(argv)
 
 
@@ -90,7 +91,7 @@ def main(argv: Sequence[str]) -> int:
         configs = [parse_config(name) for name in args.configs.split(",")]
     except ValueError as error:
         raise SystemExit(str(error)) from error
-    prompts = select(load_questions(bench_dir() / QUESTIONS_FILE), args.rows.split(","), args.per_row)
+    prompts = select(load_bench_questions(args.prompts), args.rows.split(","), args.per_row)
     variants = ["", *args.drafter_args, *([SPLIT] if args.split_cores else [])]
     names = [row_name(config.name, variant) for config in configs for variant in variants]
     totals = {name: dict.fromkeys(FIELDS, 0.0) for name in names}

@@ -21,7 +21,7 @@ from pathlib import Path
 import grpc
 
 from bench.machine import describe
-from bench.prompts import QUESTIONS_FILE, TASKS, Prompt, bench_dir, load_questions, select
+from bench.prompts import TASKS, Prompt, add_prompts_flag, load_bench_questions, select
 from bench.report import Record, Summary, decode_table, make_record, markdown_table, policy_table, summarize
 from bench.plots import acceptance_plot, speedup_plot
 from bench.systems import (
@@ -61,6 +61,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0, help="sampling seed; prompt i uses seed + i")
     p.add_argument("--policies-of", type=Path, default=None, metavar="JSON",
                    help="print the policy table of a saved run (its spec_bench-*.json) as this code computes it, and exit")
+    add_prompts_flag(p)
     p.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results",
                    help="folder for spec_bench-<timestamp>.md and .json (default: bench/results/)")
     args = p.parse_args(list(argv))
@@ -229,7 +230,7 @@ def main(argv: Sequence[str]) -> int:
     try:
         configs = parse_configs(args.configs)
         rows = [c.strip() for c in args.categories.split(",") if c.strip()]
-        prompts = select(load_questions(bench_dir() / QUESTIONS_FILE), rows, args.per_category)
+        prompts = select(load_bench_questions(args.prompts), rows, args.per_category)
     except (ValueError, OSError) as error:
         print(f"specdec bench: {error}", file=sys.stderr)
         return 2

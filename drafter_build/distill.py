@@ -33,7 +33,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM, PreTrainedTokenizerBase
 
 log = logging.getLogger(__name__)
-
+SEED_TASKS_FILE = "seed_tasks.jsonl"
 
 
 def train_dir() -> Path:
@@ -61,9 +61,16 @@ class DistillConfig:
 
 def training_prompts(path: Path | None = None) -> list[str]:
     """The seed tasks' prompts (default: seed_tasks.jsonl of train_dir()): each instruction,
-    followed by its input when it has one."""
+    followed by its input when it has one. FileNotFoundError, with a one-line message saying
+    which file is needed and where it comes from, if it is not there."""
+    path = path or train_dir() / SEED_TASKS_FILE
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"distillation needs {path.name}, the 175 Self-Instruct seed tasks (github.com/tatsu-lab/stanford_alpaca, "
+            f"file seed_tasks.jsonl, Apache-2.0), in the folder SPECDEC_TRAIN_DIR names; it is not in {path.parent}"
+        )
     prompts = []
-    for line in (path or train_dir() / "seed_tasks.jsonl").read_text().splitlines():
+    for line in path.read_text().splitlines():
         task = json.loads(line)
         text = task["instruction"]
         given = task["instances"][0]["input"] if task["instances"] else ""

@@ -1,11 +1,14 @@
-"""The `specdec` command: serve either service, generate from a running drafter, demo, bench."""
+"""specdec: exact speculative decoding as two gRPC services, a drafter (the front door) and a
+verifier (the target model)."""
 
 from __future__ import annotations
 
 import argparse
 import os
 import sys
+import tempfile
 from collections.abc import Sequence
+from pathlib import Path
 
 import grpc
 
@@ -75,14 +78,42 @@ def _health(args: argparse.Namespace) -> int:
     return 0 if status == health_pb2.HealthCheckResponse.SERVING else 1
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="specdec", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
+# What each command needs beyond the client install (pyproject's extras; specdec/extras.py).
+_COMMAND_EXTRAS: dict[str, tuple[str, ...]] = {
+    "serve verifier": ("verifier",),
+    "serve drafter": ("drafter",),
+    "draft": ("build-drafter",),
+    "demo": ("build-drafter",),
+    "demo --no-build": ("drafter", "verifier"),
+    "bench": ("all",),
+    "bench-lossy": ("all",),
+    "bench-drafter": ("drafter", "verifier"),
+}
 
-    serve = commands.add_parser("serve", help="run a service (flags: specdec serve KIND --help)", add_help=False)
+
+class _CommandListFormatter(argparse.HelpFormatter):
+    """Each command and its help on one line: argparse measures the command names at the indent
+    of the list's heading, one step left of where it prints them; this adds that step."""
+
+    def add_argument(self, action: argparse.Action) -> None:
+        super().add_argument(action)
+        if isinstance(action, argparse._SubParsersAction):
+            self._action_max_length += self._indent_increment
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="specdec", description=__doc__,
+        formatter_class=_CommandListFormatter,
+        epilog="Each command has its own --help. `pip install specdec` runs generate and health; the services "
+               "need an extra: 'specdec[drafter]', 'specdec[verifier]', or 'specdec[all]' for every command.",
+    )
+    commands = parser.add_subparsers(title="commands", dest="command", required=True, metavar="COMMAND")
+
+    serve = commands.add_parser("serve", help="run a service: specdec serve {verifier,drafter}", add_help=False)
     serve.add_argument("kind", choices=["verifier", "drafter"])
 
-    gen = commands.add_parser("generate", help="generate from a running drafter, streaming to the terminal")
+    gen = commands.add_parser("generate", help="stream a completion from a running drafter")
     gen.add_argument("prompt")
     gen.add_argument("--address", default="127.0.0.1:50051", help="the drafter service")
     gen.add_argument("--chat", action="store_true", help="send the prompt as one user chat message")
@@ -109,33 +140,51 @@ def main(argv: Sequence[str] | None = None) -> int:
     gen.add_argument("--tls-cert-file", default="", help="PEM client certificate (mutual TLS)")
     gen.add_argument("--tls-key-file", default="", help="PEM private key of --tls-cert-file")
 
-    check = commands.add_parser("health", help="check a server's grpc.health.v1 status (plaintext); exit 0 if SERVING")
+    check = commands.add_parser("health", help="exit 0 if a server reports SERVING (grpc.health.v1)")
     check.add_argument("--address", default="127.0.0.1:50051", help="the server's plaintext port (main or health port)")
     check.add_argument("--service", default="", help="service name to ask about ('' = the whole server)")
     check.add_argument("--timeout", type=float, default=3.0)
 
-    demo = commands.add_parser("demo", help="start both services locally and compare speculation on and off")
+    demo = commands.add_parser("demo", help="start both services here; compare speculation on and off")
     demo.add_argument("--max-new-tokens", type=int, default=96)
     demo.add_argument("--num-draft-tokens", type=int, default=None, help="draft length (default: the drafter service's)")
     demo.add_argument("--build", action=argparse.BooleanOptionalAction, default=True,
                       help="build the default onnx-quantized drafter first if it is not built (default: on; off: copy drafter)")
+    demo.add_argument("--verbose", action="store_true", help="show the output of every step, third-party logs included")
 
-    commands.add_parser("bench", help="benchmark on ../shared/bench (flags: specdec bench --help)", add_help=False)
-    commands.add_parser("bench-lossy", help="exact vs. lossy acceptance rules on ../shared/bench (flags: specdec bench-lossy --help)",
+    commands.add_parser("bench", help="speed and acceptance on Spec-Bench, beside peers", add_help=False)
+    commands.add_parser("bench-lossy", help="exact vs. lossy acceptance rules on Spec-Bench", add_help=False)
+    commands.add_parser("bench-drafter", help="cost and acceptance of the ONNX drafters", add_help=False)
+    commands.add_parser("draft", help="build an ONNX drafter (specdec draft build --help)",
                         add_help=False)
+    return parser
 
-    commands.add_parser("bench-drafter", help="c and alpha of the ONNX drafters against the target (flags: specdec bench-drafter --help)",
-                        add_help=False)
-    commands.add_parser("draft", help="offline drafter models: specdec draft build {quantized,small} (needs torch; --help)",
-                        add_help=False)
 
+def _missing_extras(args: argparse.Namespace, rest: Sequence[str]) -> str | None:
+    """The one-line answer for a command whose extra is not installed; None if it can run."""
+    from specdec.extras import needs_extras_message
+
+    if "-h" in rest or "--help" in rest:
+        return None  # help needs nothing more
+    command = args.command
+    if command == "serve":
+        command = f"serve {args.kind}"
+    elif command == "demo" and not args.build:
+        command = "demo --no-build"
+    extras = _COMMAND_EXTRAS.get(command)
+    return needs_extras_message(f"specdec {command}", extras) if extras else None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
     args, rest = parser.parse_known_args(argv)
+    if args.command == "draft" and (not rest or rest[0] not in ("build", "-h", "--help")):
+        parser.error("usage: specdec draft build {quantized,small} [--out DIR] [--force] (specdec draft build --help)")
+    if message := _missing_extras(args, rest):
+        print(message, file=sys.stderr)
+        return 2
     if args.command == "draft":
-        if not rest or rest[0] != "build":
-            parser.error("usage: specdec draft build {quantized,small} [--out DIR] [--force] (specdec draft build --help)")
-        from drafter_build.build import main as build_main  # torch + transformers: only here
-
-        return build_main(rest[1:])
+        return _draft_build(rest[1:] if rest[0] == "build" else rest)
     if args.command == "serve":
         if args.kind == "verifier":
             from verifier_svc.server import main as serve_main
@@ -143,18 +192,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             from drafter_svc.server import main as serve_main
         serve_main(rest)
         return 0
-    if args.command == "bench":
-        from bench.spec_bench import main as bench_main
-
-        return bench_main(rest)
-    if args.command == "bench-drafter":
-        from bench.drafter_quality import main as drafter_bench_main
-
-        return drafter_bench_main(rest)
-    if args.command == "bench-lossy":
-        from bench.lossy_bench import main as lossy_bench_main
-
-        return lossy_bench_main(rest)
+    if args.command in ("bench", "bench-drafter", "bench-lossy"):
+        return _bench(args.command, rest)
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.command == "generate":
@@ -163,7 +202,48 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _health(args)
     from specdec.demo import main as demo_main
 
-    return demo_main(args.max_new_tokens, args.num_draft_tokens, args.build)
+    return demo_main(args.max_new_tokens, args.num_draft_tokens, args.build, args.verbose)
+
+
+def _draft_build(rest: Sequence[str]) -> int:
+    """`specdec draft build`: one progress line, the build's logs in a file shown only if it fails
+    (--verbose: shown as they come); the built folder on stdout."""
+    from drafter_build.build import main as build_main  # torch + transformers: only here
+    from specdec.progress import StepFailed, quiet_step
+
+    if "-h" in rest or "--help" in rest:
+        return build_main(rest)
+    verbose = "--verbose" in rest
+    rest = [a for a in rest if a != "--verbose"]
+    log_path = Path(tempfile.mkdtemp(prefix="specdec-draft-build-")) / "build.log"
+    label = f"building the {next((a for a in rest if a in ('quantized', 'small')), 'quantized')} drafter"
+    try:
+        with quiet_step(label, log_path, verbose, keep_stdout=True):
+            code = build_main(rest)
+    except StepFailed as failed:
+        return failed.code
+    return code
+
+
+def _bench(command: str, rest: Sequence[str]) -> int:
+    """Run a benchmark command; missing prompt files end it with one line, not a traceback."""
+    from bench.prompts import PromptsNotFound
+
+    try:
+        if command == "bench":
+            from bench.spec_bench import main as bench_main
+
+            return bench_main(rest)
+        if command == "bench-drafter":
+            from bench.drafter_quality import main as drafter_bench_main
+
+            return drafter_bench_main(rest)
+        from bench.lossy_bench import main as lossy_bench_main
+
+        return lossy_bench_main(rest)
+    except PromptsNotFound as error:
+        print(f"specdec {command}: {error}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

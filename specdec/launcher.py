@@ -59,7 +59,7 @@ class Service:
                 except grpc.RpcError:
                     pass
                 time.sleep(0.2)
-        raise TimeoutError(f"{self.kind} not serving after {timeout:.0f} s; see {self.log_path}")
+        raise TimeoutError(f"{self.kind} not serving after {timeout:.0f} s; see {self.log_path}:\n{self.log_path.read_text()[-2000:]}")
 
     def cpu_seconds(self) -> float | None:
         """User + system CPU seconds the process has used so far, all threads (Linux /proc; else None)."""

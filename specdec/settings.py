@@ -2,30 +2,53 @@
 
 Each field of a settings dataclass becomes a flag (`--max-sessions`) whose default comes from
 the environment (`SPECDEC_VERIFIER_MAX_SESSIONS`), else from the dataclass. Helm sets env vars.
+A field's metadata holds its `help` and its `group`, one of GROUPS, under which `--help` lists it;
+the class's `COMMAND` (a ClassVar) names the command in the usage line.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import inspect
 import os
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
 T = TypeVar("T")
 
+# The flag groups of `--help`, in the order they are listed, with their one-line descriptions.
+GROUPS: dict[str, str] = {
+    "server": "where the service listens and how it stops",
+    "model": "what it serves",
+    "verifiers": "which verifiers it sends rounds to, and how it recovers when one breaks",
+    "drafting": "the speculation of requests that do not choose their own",
+    "limits": "what one request, one client or the whole process may use",
+    "performance": "threads, CPUs, batching and caches",
+    "security": "TLS and authentication",
+    "observability": "health checks and metrics",
+}
+
 
 def add_flags(parser: argparse.ArgumentParser, cls: type, env_prefix: str) -> None:
-    """Add one flag per dataclass field; help text comes from the field's `help` metadata."""
-    for field in dataclasses.fields(cls):
+    """Add one flag per dataclass field, listed under the group its `group` metadata names (a
+    field with none, or an unknown one, under "other settings"); help comes from its `help`."""
+    fields = dataclasses.fields(cls)
+    group_of = {f.name: f.metadata.get("group") if f.metadata.get("group") in GROUPS else "other" for f in fields}
+    groups = {
+        g: parser.add_argument_group(g, GROUPS.get(g))
+        for g in [*GROUPS, "other"] if g in group_of.values()
+    }
+    for field in fields:
         env = f"{env_prefix}{field.name.upper()}"
         default = field.default
         if env in os.environ:
             default = _parse(field.type, os.environ[env])
-        parser.add_argument(
+        groups[group_of[field.name]].add_argument(
             f"--{field.name.replace('_', '-')}",
             dest=field.name,
             type=_converter(field.type),
+            metavar=_METAVARS.get(str(field.type), "VALUE"),
             default=default,
             help=f"{field.metadata.get('help', '')} (env {env}; default {default!r})",
         )
@@ -36,9 +59,15 @@ def from_args(cls: type[T], args: argparse.Namespace) -> T:
 
 
 def parse(cls: type[T], env_prefix: str, argv: Sequence[str] | None = None) -> T:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(
+        prog=getattr(cls, "COMMAND", None), usage="%(prog)s [options]", description=inspect.cleandoc(cls.__doc__ or ""),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_flags(parser, cls, env_prefix)
     return from_args(cls, parser.parse_args(argv))
+
+
+_METAVARS: dict[str, str] = {"int": "N", "float": "X", "str": "TEXT", "bool": "BOOL"}
 
 
 def _converter(type_name: Any):  # type: ignore[no-untyped-def]

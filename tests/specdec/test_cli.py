@@ -24,3 +24,31 @@ def test_numpy_starts_no_blas_worker_threads_unless_asked() -> None:
     # setting wins, which also shows the count sees BLAS workers when there are some.
     assert _threads_after_import() == 1
     assert _threads_after_import(OPENBLAS_NUM_THREADS="2") == 2
+
+
+def test_help_lists_each_command_on_one_line(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from specdec.cli import main
+
+    monkeypatch.setenv("COLUMNS", "80")
+    with pytest.raises(SystemExit) as done:
+        main(["--help"])
+    assert done.value.code == 0
+    lines = capsys.readouterr().out.splitlines()
+    for command in ("serve", "generate", "health", "demo", "bench", "bench-lossy", "bench-drafter", "draft"):
+        (line,) = [line for line in lines if line.split()[:1] == [command]]
+        after = lines[lines.index(line) + 1]
+        assert len(line.split()) > 2 and not after.startswith(" " * 8), (line, after)  # help beside it, not wrapped
+
+
+def test_a_command_without_its_extra_says_which_to_install(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from specdec import cli, extras
+
+    monkeypatch.setattr(extras, "_importable", lambda module: module not in ("onnxruntime", "torch"))
+    assert cli.main(["serve", "drafter"]) == 2
+    assert cli.main(["demo", "--no-build"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        "specdec serve drafter needs the drafter extra (onnxruntime not installed): pip install 'specdec[drafter]'",
+        "specdec demo --no-build needs the drafter and verifier extras (onnxruntime, torch not installed): "
+        "pip install 'specdec[drafter,verifier]'",
+    ]

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+import re
+
 import pytest
 
 from drafter_svc.settings import DrafterSettings
@@ -22,3 +25,20 @@ def test_defaults_env_and_flags(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_bad_flag_value_is_refused() -> None:
     with pytest.raises(SystemExit):
         settings.parse(DrafterSettings, "SPECDEC_DRAFTER_", ["--num-draft-tokens", "many"])
+
+
+@pytest.mark.parametrize("cls", [VerifierSettings, DrafterSettings])
+def test_every_setting_has_a_help_group(cls: type, capsys: pytest.CaptureFixture[str]) -> None:
+    fields = dataclasses.fields(cls)
+    assert all(f.metadata.get("group") in settings.GROUPS and f.metadata.get("help") for f in fields)
+    with pytest.raises(SystemExit):
+        settings.parse(cls, "SPECDEC_X_", ["--help"])
+    text = capsys.readouterr().out
+    assert text.startswith(f"usage: {cls.COMMAND} [options]")
+    sections = re.split(r"\n\n([a-z]+):\n", text)  # [usage and description, title, body, title, body, ...]
+    titles = sections[1::2]
+    used = [g for g in settings.GROUPS if any(f.metadata["group"] == g for f in fields)]
+    assert titles == ["options", *used]  # in GROUPS' order, each once
+    flags_under = {title: re.findall(r"^  (--[a-z-]+)", body, re.M) for title, body in zip(titles, sections[2::2])}
+    for f in fields:
+        assert f"--{f.name.replace('_', '-')}" in flags_under[f.metadata["group"]], f.name
