@@ -3,6 +3,7 @@ page that matches the settings objects, and code comments that state contracts, 
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import io
 import re
@@ -107,7 +108,7 @@ def test_configuration_page_lists_every_setting() -> None:
     generator = _load("generate_configuration")
     page = generator.render()
     for _, prefix, cls in generator._settings_classes():
-        for name in cls.__dataclass_fields__:
+        for name in (f.name for f in dataclasses.fields(cls)):
             assert f"`{prefix}{name.upper()}`" in page
             assert f"`--{name.replace('_', '-')}`" in page
 
