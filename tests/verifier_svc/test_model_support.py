@@ -8,7 +8,7 @@ import torch
 import transformers as tf
 
 from specdec.model_files import not_a_source
-from verifier_svc.model_loader import ModelNotServable, check_servable, one_line, placement_error, resolve_dtype
+from verifier_svc.model_loader import ModelNotServable, check_servable, load_model, one_line, placement_error, resolve_dtype
 from verifier_svc.model_support import model_class_name, servable
 from verifier_svc.server import option_error
 from verifier_svc.settings import VerifierSettings
@@ -96,6 +96,19 @@ def test_options_are_checked_before_starting() -> None:
     assert error is not None and error.startswith("--device-map: spreads the model over all visible GPUs and needs --device cuda")
     if not torch.cuda.is_available():
         assert option_error(VerifierSettings(device="cuda", device_map="auto")) == "--device-map: needs a CUDA GPU, and torch sees none"
+
+
+def test_a_device_map_loads_the_same_model(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """load_model's --device-map path (accelerate's placement instead of .to(device)), run where
+    it can run without GPUs: accelerate places the whole model on the CPU."""
+    torch.manual_seed(0)
+    tf.LlamaForCausalLM(tf.LlamaConfig(vocab_size=64, intermediate_size=32, num_key_value_heads=2, **SMALL)).save_pretrained(tmp_path)
+    placed = load_model(tmp_path, "cpu", torch.float32, device_map="auto")
+    plain = load_model(tmp_path, "cpu", torch.float32)
+    ids = torch.tensor([[1, 2, 3, 4]])
+    with torch.inference_mode():
+        assert torch.equal(placed(ids).logits, plain(ids).logits)
+    assert not placed.training
 
 
 def test_a_source_that_is_neither_says_what_it_is(tmp_path) -> None:  # type: ignore[no-untyped-def]
