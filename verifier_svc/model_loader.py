@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig, PreTrainedModel
 
-from specdec.model_files import build_once, is_model_folder, not_a_source, prepared_dir, source_path, tokenizer_dir
+from specdec.model_files import DEFAULT_MODEL, build_once, is_model_folder, not_a_source, prepared_dir, source_path, tokenizer_dir
 from verifier_svc.attention import GROUPED_SDPA
 from verifier_svc.model_support import model_class_name, servable
 
@@ -46,6 +46,14 @@ def one_line(error: BaseException, limit: int = 600) -> str:
 def _listed(keys: Iterable[str], shown: int = 5) -> str:
     keys = sorted(keys)
     return ", ".join(keys[:shown]) + (f" and {len(keys) - shown} more" if len(keys) > shown else "")
+
+
+def served_name(source: str) -> str:
+    """The model's name in ModelInfo: the default model's, else the folder's name or the GGUF file's stem."""
+    if source == DEFAULT_MODEL:
+        return "SmolLM2-135M-Instruct"
+    path = source_path(source)
+    return path.name if path.is_dir() else path.stem
 
 
 def model_config(source: str) -> PretrainedConfig:

@@ -21,7 +21,7 @@ from specdec.metrics import VerifierMetrics, serve_metrics
 from specdec.sampling_params import SamplingParams
 from specdec.tokenizer import Tokenizer
 from specdec.v1 import verifier_pb2, verifier_pb2_grpc
-from verifier_svc.model_loader import ModelNotServable, one_line, open_model, placement_error, resolve_dtype
+from verifier_svc.model_loader import ModelNotServable, one_line, open_model, placement_error, resolve_dtype, served_name
 from verifier_svc.servicer import Batching, VerifierServicer
 from verifier_svc.session import Limits, RoundInput, Session
 from verifier_svc.settings import VerifierSettings
@@ -37,7 +37,7 @@ def load_target(config: VerifierSettings) -> tuple[TargetModel, Tokenizer]:
     if config.torch_threads:
         torch.set_num_threads(config.torch_threads)
     model, folder = open_model(config.model, config.device, resolve_dtype(config.dtype, config.device), config.device_map)
-    target = TargetModel(model, name=folder.name if config.model != "default" else "SmolLM2-135M-Instruct")
+    target = TargetModel(model, name=served_name(config.model))
     tokenizer = Tokenizer(folder)
     limits = Limits(max_draft_tokens=3, max_draft_depth=2, context_length=target.context_length)
     warm = Session(target, tokenizer.encode("Hello"), SamplingParams(temperature=0.0), seed=0, limits=limits)

@@ -8,7 +8,9 @@ import torch
 import transformers as tf
 
 from specdec.model_files import not_a_source
-from verifier_svc.model_loader import ModelNotServable, check_servable, load_model, one_line, placement_error, resolve_dtype
+from verifier_svc.model_loader import (
+    ModelNotServable, check_servable, load_model, one_line, placement_error, resolve_dtype, served_name,
+)
 from verifier_svc.model_support import model_class_name, servable
 from verifier_svc.server import option_error
 from verifier_svc.settings import VerifierSettings
@@ -116,6 +118,13 @@ def test_a_source_that_is_neither_says_what_it_is(tmp_path) -> None:  # type: ig
     assert "nothing exists there" in str(not_a_source(str(tmp_path / "absent")))
     assert "a folder without config.json" in str(not_a_source(str(tmp_path)))
     assert "a file whose name does not end in .gguf" in str(not_a_source(str(tmp_path / "weights.bin")))
+
+
+def test_served_names(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "Qwen2.5-7B-Instruct").mkdir()
+    assert served_name("default") == "SmolLM2-135M-Instruct"
+    assert served_name(str(tmp_path / "Qwen2.5-7B-Instruct")) == "Qwen2.5-7B-Instruct"
+    assert served_name(str(tmp_path / "qwen2.5-7b-instruct-q4_k_m.gguf")) == "qwen2.5-7b-instruct-q4_k_m"
 
 
 def test_one_line() -> None:
