@@ -21,6 +21,7 @@ import torch
 import transformers as tf
 
 from specdec.model_files import tokenizer_dir
+from verifier_svc.model_loader import ModelNotServable, open_model
 from verifier_svc.server import main
 
 EXIT_SECONDS = 30
@@ -53,12 +54,11 @@ def _build_sources(root: Path) -> dict[str, str]:
     tf.LlamaForCausalLM(tf.LlamaConfig(**TINY_LLAMA)).save_pretrained(root / "truncated")
     weights = root / "truncated" / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])  # an interrupted copy
-    tf.LlamaModel(tf.LlamaConfig(**TINY_LLAMA)).save_pretrained(root / "headless")  # the decoder without its LM head
     (root / "unparsable").mkdir()
     (root / "unparsable" / "config.json").write_text('{"model_type": "llama",')
-    for name in ("truncated", "headless", "unparsable"):
+    for name in ("truncated", "unparsable"):
         _with_tokenizer(root / name)
-    return {name: str(root / name) for name in ("mamba", "t5", "truncated", "headless", "unparsable")}
+    return {name: str(root / name) for name in ("mamba", "t5", "truncated", "unparsable")}
 
 
 def _run(source: str, log: Path) -> Exit:
@@ -95,7 +95,6 @@ CASES = {
     "mamba": "verifier: cannot serve MambaForCausalLM (model_type 'mamba'): MambaForCausalLM keeps a recurrent state that cannot be rolled back",
     "t5": "verifier: cannot serve T5ForConditionalGeneration (model_type 't5'): an encoder-decoder model",
     "truncated": "/truncated': SafetensorError: ",
-    "headless": "(a LlamaModel checkpoint): weights missing lm_head.weight",
     "unparsable": "/unparsable': OSError: It looks like the config file at",
 }
 
@@ -125,3 +124,10 @@ def test_bad_options_end_the_verifier_before_it_listens(capsys: pytest.CaptureFi
         main(["--port", "0", "--dtype", "float64"])
     assert exit_.value.code == "verifier: --dtype: 'float64' is not one of auto, float32, bfloat16, float16"
     assert capsys.readouterr().out == ""
+
+
+def test_a_checkpoint_without_the_lm_head_is_refused_after_loading(tmp_path: Path) -> None:
+    """The config passes (Llama), but the checkpoint is the bare decoder: its LM head would be random."""
+    tf.LlamaModel(tf.LlamaConfig(**TINY_LLAMA)).save_pretrained(tmp_path)
+    with pytest.raises(ModelNotServable, match=r"^cannot serve LlamaForCausalLM from .* \(a LlamaModel checkpoint\): weights missing lm_head.weight$"):
+        open_model(str(tmp_path), "cpu", torch.float32)
