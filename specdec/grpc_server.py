@@ -1,7 +1,8 @@
 """Shared server plumbing: errors to status codes, health, reflection, graceful shutdown.
 
 Follows grpc's own examples: `grpc.health.v1` reports NOT_SERVING until the service is warm and
-again once SIGTERM arrives; then `server.stop(grace)` lets running streams finish.
+again once SIGTERM arrives; then `server.stop(grace)` lets running streams finish. A warm-up that
+fails stops the server: a process that cannot serve does not stay up answering probes.
 """
 
 from __future__ import annotations
@@ -133,7 +134,8 @@ async def serve(
     credentials: serve TLS (see specdec.tls) instead of plaintext. health_port > 0: also answer
     `grpc.health.v1` (and nothing else) in plaintext on that port, for Kubernetes' gRPC probes,
     which cannot speak TLS; it reports the same statuses as the main port. interceptors run
-    before the error mapping, in order (specdec.auth, specdec.client_limits).
+    before the error mapping, in order (specdec.auth, specdec.client_limits). If warm_up raises,
+    the servers stop at once and serve() raises what it raised.
     """
     server = grpc.aio.server(interceptors=[*interceptors, ExceptionToStatusInterceptor()], options=list(options))
     names = list(add_services(server))
@@ -167,11 +169,13 @@ async def serve(
     warm = asyncio.ensure_future(warm_up())
     await asyncio.wait([warm, asyncio.ensure_future(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
     if warm.done() and not stop.is_set():
-        if warm.exception() is None:
-            await set_status(health_pb2.HealthCheckResponse.SERVING)
-            log.info("serving")
-        else:  # stay up and NOT_SERVING, so calls get a status that says why
-            log.error("warm-up failed: %s", warm.exception())
+        if warm.exception() is not None:
+            await server.stop(0)
+            if health_server is not None:
+                await health_server.stop(0)
+            raise warm.exception()
+        await set_status(health_pb2.HealthCheckResponse.SERVING)
+        log.info("serving")
     await stop.wait()
     log.info("draining for up to %.1f s", grace_seconds)
     await set_status(health_pb2.HealthCheckResponse.NOT_SERVING)

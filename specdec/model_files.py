@@ -46,6 +46,18 @@ def is_model_folder(path: Path) -> bool:
     return path.is_dir() and (path / "config.json").is_file()
 
 
+def not_a_source(source: str) -> FileNotFoundError:
+    """The error for a source that names neither a model folder nor a .gguf file, saying what it names."""
+    path = source_path(source)
+    if not path.exists():
+        what = "nothing exists there"
+    elif path.is_dir():
+        what = "a folder without config.json"
+    else:
+        what = "a file whose name does not end in .gguf"
+    return FileNotFoundError(f"model source {source!r} is neither a model folder nor a .gguf file: {what} ({path})")
+
+
 def _gguf_key(gguf: Path) -> str:
     """A GGUF file's cache key: its name, size and a hash of its first MiB."""
     with gguf.open("rb") as f:
@@ -98,7 +110,7 @@ def tokenizer_dir(source: str) -> Path:
     if is_model_folder(path) or (path.is_dir() and (path / "tokenizer.json").is_file()):
         return path
     if path.suffix != ".gguf" or not path.is_file():
-        raise FileNotFoundError(f"model source {source!r} is neither a model folder nor a .gguf file")
+        raise not_a_source(source)
 
     def build(out: Path) -> None:
         from transformers import AutoTokenizer  # converts the GGUF vocabulary; torch not required

@@ -1,10 +1,16 @@
-"""`specdec serve verifier`: load the target, then serve Verifier with health and reflection."""
+"""`specdec serve verifier`: load the target, then serve Verifier with health and reflection.
+
+A process that cannot serve does not stay up: bad options, a model the verifier cannot serve
+exactly and a load failure of any kind end it with exit status 1 and one line on stderr naming
+the model and the reason (model_loader.py).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
 import logging
+import sys
 from collections.abc import Sequence
 
 import torch
@@ -15,7 +21,7 @@ from specdec.metrics import VerifierMetrics, serve_metrics
 from specdec.sampling_params import SamplingParams
 from specdec.tokenizer import Tokenizer
 from specdec.v1 import verifier_pb2, verifier_pb2_grpc
-from verifier_svc.model_loader import load_model, model_dir, resolve_dtype
+from verifier_svc.model_loader import ModelNotServable, one_line, open_model, placement_error, resolve_dtype, served_name
 from verifier_svc.servicer import Batching, VerifierServicer
 from verifier_svc.session import Limits, RoundInput, Session
 from verifier_svc.settings import VerifierSettings
@@ -26,12 +32,12 @@ log = logging.getLogger(__name__)
 
 
 def load_target(config: VerifierSettings) -> tuple[TargetModel, Tokenizer]:
-    """Load the model and warm it up with one short round (first passes are slow)."""
+    """Load the model and warm it up with one short round (first passes are slow).
+    ModelNotServable (one line) if it cannot be loaded or served."""
     if config.torch_threads:
         torch.set_num_threads(config.torch_threads)
-    folder = model_dir(config.model)
-    model = load_model(folder, config.device, resolve_dtype(config.dtype, config.device))
-    target = TargetModel(model, name=folder.name if config.model != "default" else "SmolLM2-135M-Instruct")
+    model, folder = open_model(config.model, config.device, resolve_dtype(config.dtype, config.device), config.device_map)
+    target = TargetModel(model, name=served_name(config.model))
     tokenizer = Tokenizer(folder)
     limits = Limits(max_draft_tokens=3, max_draft_depth=2, context_length=target.context_length)
     warm = Session(target, tokenizer.encode("Hello"), SamplingParams(temperature=0.0), seed=0, limits=limits)
@@ -66,8 +72,14 @@ async def run(config: VerifierSettings) -> None:
         return [verifier_pb2.DESCRIPTOR.services_by_name["Verifier"].full_name]
 
     async def warm_up() -> None:
-        # On the scheduler's thread, which runs every pass: one thread for all tensor work (scheduler.py).
-        target, tokenizer = await asyncio.wrap_future(servicer.scheduler.call(lambda: load_target(config)))
+        # On the scheduler's thread, which runs every pass: one thread for all tensor work
+        # (scheduler.py). Raising ends serve() and the process (main).
+        try:
+            target, tokenizer = await asyncio.wrap_future(servicer.scheduler.call(lambda: load_target(config)))
+        except ModelNotServable:
+            raise
+        except Exception as error:  # noqa: BLE001 - the tokenizer or the warm-up round failed
+            raise ModelNotServable(f"cannot serve model {config.model!r}: {one_line(error)}") from error
         servicer.set_ready(target, tokenizer)
         log.info("model %s ready (context %d)", target.name, servicer.limits.context_length)
 
@@ -83,8 +95,24 @@ async def run(config: VerifierSettings) -> None:
     )
 
 
+def option_error(config: VerifierSettings) -> str | None:
+    """The first option that cannot work, as `--flag: reason` (None: all can)."""
+    try:
+        resolve_dtype(config.dtype, config.device)
+    except ValueError as error:
+        return f"--dtype: {error}"
+    placement = placement_error(config.device, config.device_map, torch.cuda.device_count() if config.device_map else 0)
+    return f"--device-map: {placement}" if placement else None
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s verifier %(levelname)s %(message)s")
     config = settings.parse(VerifierSettings, ENV_PREFIX, argv)
+    error = option_error(config)
+    if error:
+        sys.exit(f"verifier: {error}")
     config = dataclasses.replace(config, torch_threads=pin_and_size_pool(config.cpus, config.torch_threads, "torch"))
-    asyncio.run(run(config))
+    try:
+        asyncio.run(run(config))
+    except ModelNotServable as failure:
+        sys.exit(f"verifier: {failure}")

@@ -17,7 +17,14 @@ class VerifierSettings:
     port: int = field(default=50052, metadata={"group": "server", "help": "port to bind (0 picks a free one)"})
     model: str = field(default="default", metadata={"group": "model", "help": "'default' (SmolLM2-135M-Instruct), a .gguf file or a model folder"})
     device: str = field(default="cpu", metadata={"group": "model", "help": "torch device, e.g. cpu or cuda"})
-    dtype: str = field(default="auto", metadata={"group": "model", "help": "auto (float32 on cpu, bfloat16 on cuda), float32, float16 or bfloat16"})
+    dtype: str = field(
+        default="auto",
+        metadata={"group": "model", "help": "weights and activations: auto (float32 on cpu, bfloat16 elsewhere), float32, bfloat16 or float16; outputs are exact for the model in this dtype"},
+    )
+    device_map: str = field(
+        default="",
+        metadata={"group": "model", "help": "spread a model larger than one GPU over all visible GPUs with accelerate: auto, balanced, balanced_low_0 or sequential (needs --device cuda; empty: the whole model on --device)"},
+    )
     max_sessions: int = field(default=64, metadata={"group": "limits", "help": "open sessions at most; more get RESOURCE_EXHAUSTED"})
     max_draft_tokens: int = field(default=32, metadata={"group": "limits", "help": "drafted tokens (tree nodes) per round at most"})
     max_draft_depth: int = field(default=16, metadata={"group": "limits", "help": "depth of a round's token tree at most"})
