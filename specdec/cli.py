@@ -80,7 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser("serve", help="run a service (flags: specdec serve KIND --help)", add_help=False)
-    serve.add_argument("kind", choices=["verifier", "drafter"])
+    serve.add_argument("kind", choices=["verifier", "drafter", "openai"])
 
     gen = commands.add_parser("generate", help="generate from a running drafter, streaming to the terminal")
     gen.add_argument("prompt")
@@ -139,6 +139,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "serve":
         if args.kind == "verifier":
             from verifier_svc.server import main as serve_main
+        elif args.kind == "openai":  # the OpenAI-compatible HTTP gateway in front of the drafters
+            from gateway_svc.server import main as serve_main
         else:
             from drafter_svc.server import main as serve_main
         serve_main(rest)
