@@ -18,6 +18,7 @@ from gateway_svc.settings import GatewaySettings
 from specdec import grpc_server, settings, tls
 from specdec.auth import authorization_metadata, load_token
 from specdec.grpc_server import LISTENING_PREFIX
+from specdec.metrics import serve_metrics
 
 ENV_PREFIX = "SPECDEC_GATEWAY_"
 log = logging.getLogger(__name__)
@@ -57,8 +58,10 @@ async def run(config: GatewaySettings) -> None:
     except (OSError, ValueError) as error:
         raise SystemExit(f"--auth-token-file: {error}") from None
     pool = make_pool(config, token)
+    metrics = GatewayMetrics()
+    serve_metrics(metrics.registry, config.host, config.metrics_port)
     app = create_app(
-        pool, GatewayMetrics(), token=token, served_model_name=config.served_model_name,
+        pool, metrics, token=token, served_model_name=config.served_model_name,
         timeout=config.request_timeout_seconds or None,
     )
     sock = bind(config.host, config.port)

@@ -34,5 +34,8 @@ class GatewaySettings:
         default="",
         metadata={"help": "file holding the bearer token clients must send (Authorization: Bearer ...) and the gateway shows the drafters; empty: no check"},
     )
+    metrics_port: int = field(
+        default=0, metadata={"help": "also serve Prometheus /metrics over plain HTTP on this port (0: only at /metrics of the main port)"}
+    )
     grace_seconds: float = field(default=20.0, metadata={"help": "on SIGTERM, how long running requests may finish"})
     max_message_bytes: int = field(default=4 * 1024 * 1024, metadata={"help": "largest gRPC message received or sent, in bytes"})

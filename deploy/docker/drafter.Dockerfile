@@ -1,4 +1,5 @@
-# The drafter: the client entry point. CPU only and small: no torch, no transformers.
+# The drafter: the client entry point. CPU only and small: no torch, no transformers. It also
+# serves the OpenAI-compatible gateway (`specdec serve openai`; the chart sets the command).
 # Build from the repository root:
 #   docker build -f deploy/docker/drafter.Dockerfile -t specdec-drafter .
 # Settings come from SPECDEC_DRAFTER_* environment variables (the Helm chart sets them).
@@ -11,6 +12,7 @@ COPY pyproject.toml setup.py README.md ./
 COPY protos ./protos
 COPY specdec ./specdec
 COPY drafter_svc ./drafter_svc
+COPY gateway_svc ./gateway_svc
 COPY verifier_svc ./verifier_svc
 COPY bench ./bench
 RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
