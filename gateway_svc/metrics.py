@@ -1,4 +1,4 @@
-"""Prometheus metrics of the gateway, served at GET /metrics on its own port.
+"""Prometheus metrics of the gateway, served at GET /metrics (and on `metrics_port` when set).
 
 HTTP requests by endpoint, method and status (`http_requests_total`,
 `http_request_duration_seconds`: the names of prometheus-fastapi-instrumentator, which vLLM's
