@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 import socket
 import ssl
 from collections.abc import Sequence
@@ -76,6 +77,9 @@ async def run(config: GatewaySettings) -> None:
             ssl_cert_reqs=ssl.CERT_REQUIRED if config.tls_client_ca_file else ssl.CERT_NONE,
         )
     )
+    # uvicorn drains on SIGTERM and then raises the signal again: handled, the process exits 0
+    # after the drain, as the services do.
+    signal.signal(signal.SIGTERM, lambda signum, frame: None)
     print(f"{LISTENING_PREFIX} {sock.getsockname()[1]}", flush=True)
     log.info("listening on %s:%d (%s), drafters from %s", config.host, sock.getsockname()[1],
              "HTTPS" if config.tls_cert_file else "HTTP", config.drafter)

@@ -30,10 +30,10 @@ class Gateway:
     verifier_metrics_url: str
 
     def client(self, **kwargs: object) -> OpenAI:
-        return OpenAI(base_url=f"{self.base_url}/v1", api_key=self.token, max_retries=0, timeout=120, **kwargs)  # type: ignore[arg-type]
+        return OpenAI(base_url=f"{self.base_url}/v1", api_key=self.token, max_retries=0, timeout=600, **kwargs)  # type: ignore[arg-type]
 
     def http(self, method: str, path: str, body: bytes | None = None, token: str | None = None,
-             timeout: float = 60) -> tuple[int, dict[str, str], bytes]:
+             timeout: float = 600) -> tuple[int, dict[str, str], bytes]:
         """One raw request: (status, headers, body), errors included."""
         request = urllib.request.Request(f"{self.base_url}{path}", data=body, method=method)
         request.add_header("Content-Type", "application/json")
@@ -69,7 +69,8 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     metrics_port = free_port()
     token_file = logs / "token"
     token_file.write_text(TOKEN + "\n")
-    with services(logs, "--metrics-port", str(metrics_port)) as cluster:
+    # pass-size tuning only makes passes faster; skipped, the cluster is ready sooner
+    with services(logs, "--metrics-port", str(metrics_port), "--tune-pass-sizes", "false") as cluster:
         service = Service("openai", ["--drafter", cluster.address, "--auth-token-file", str(token_file),
                                      "--drafter-poll-seconds", "0.2"], Path(logs) / "gateway.log")
         try:

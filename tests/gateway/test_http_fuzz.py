@@ -50,10 +50,12 @@ completion = st.fixed_dictionaries({"prompt": st.text(max_size=20) | st.lists(st
 
 
 def cheap(body: object) -> object:
-    """At most 2 new tokens for a body that might be valid (0 or less is refused anyway)."""
+    """At most 2 new tokens for a body that might be valid: unset or null would ask for the
+    drafter's cap; other junk (strings, lists, 0 or less) is refused anyway."""
     if isinstance(body, dict):
         for key in ("max_tokens", "max_completion_tokens"):
-            if isinstance(body.get(key), int) and body[key] > 2 or key not in body:
+            value = body.get(key)
+            if value is None or isinstance(value, (int, float)) and not isinstance(value, bool) and value > 2:
                 body[key] = 2
     return body
 
