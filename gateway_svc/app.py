@@ -52,19 +52,16 @@ def create_app(
         return [served_model_name] if served_model_name else pool.model_names()
 
     async def generate(body: GenerationFields, request: Request, chat: bool, to_request: Callable) -> Response:
-        names = served_models()
-        if not pool.ready():
-            raise OpenAIError(503, f"no drafter is ready ({pool.describe()})", type="server_error", code="unavailable",
-                              headers={"Retry-After": "1"})
-        model = body.model if body.model is not None else names[0]
-        if model not in names:
-            raise OpenAIError(404, f"The model `{model}` does not exist (served: {', '.join(names)}).",
-                              param="model", code="model_not_found")
         try:
             placement = pool.acquire()
         except NoDrafterReady as error:
-            raise OpenAIError(503, str(error), type="server_error", code="unavailable", headers={"Retry-After": "1"}) from None
+            raise no_drafter(str(error)) from None
         try:
+            names = served_models()
+            model = body.model if body.model is not None else names[0]
+            if model not in names:
+                raise OpenAIError(404, f"The model `{model}` does not exist (served: {', '.join(names)}).",
+                                  param="model", code="model_not_found")
             translated = to_request(body, placement.info.max_new_tokens_cap)
         except BaseException:
             pool.release(placement)
@@ -89,7 +86,7 @@ def create_app(
         ready = len(pool.ready())
         if ready:
             return JSONResponse({"status": "ok", "drafters_ready": ready})
-        return OpenAIError(503, f"no drafter is ready ({pool.describe()})", type="server_error", code="unavailable").response()
+        return no_drafter(f"no drafter is ready ({pool.describe()})").response()
 
     @app.get("/metrics")
     async def prometheus() -> Response:
@@ -116,6 +113,10 @@ def create_app(
     app.add_middleware(BearerTokenMiddleware, token=token)
     app.add_middleware(HttpMetricsMiddleware, metrics=metrics)
     return app
+
+
+def no_drafter(message: str) -> OpenAIError:
+    return OpenAIError(503, message, type="server_error", code="unavailable", headers={"Retry-After": "1"})
 
 
 def validation_failure(errors: Any) -> OpenAIError:

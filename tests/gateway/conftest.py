@@ -8,7 +8,7 @@ import json
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,17 +50,16 @@ class Gateway:
         return status, headers, json.loads(body)
 
 
-def wait_healthy(base_url: str, timeout: float) -> None:
+def wait_for(condition: Callable[[], bool], timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            with urllib.request.urlopen(f"{base_url}/health", timeout=5) as response:
-                if response.status == 200:
-                    return
-        except (urllib.error.URLError, OSError):
+            if condition():
+                return
+        except OSError:
             pass
         time.sleep(0.1)
-    raise TimeoutError(f"the gateway at {base_url} did not turn healthy in {timeout:.0f} s")
+    raise TimeoutError(f"not within {timeout:.0f} s")
 
 
 @pytest.fixture(scope="package")
@@ -75,7 +74,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
                                      "--drafter-poll-seconds", "0.2"], Path(logs) / "gateway.log")
         try:
             base_url = f"http://127.0.0.1:{service.port}"
-            wait_healthy(base_url, 60)
+            wait_for(lambda: urllib.request.urlopen(f"{base_url}/health", timeout=5).status == 200, 60)
             yield Gateway(service, base_url, TOKEN, cluster, f"http://127.0.0.1:{metrics_port}/metrics")
         finally:
             assert service.stop() == 0, (Path(logs) / "gateway.log").read_text()[-2000:]
