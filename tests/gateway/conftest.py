@@ -29,8 +29,8 @@ class Gateway:
     cluster: LocalCluster
     verifier_metrics_url: str
 
-    def client(self, **kwargs: object) -> OpenAI:
-        return OpenAI(base_url=f"{self.base_url}/v1", api_key=self.token, max_retries=0, timeout=600, **kwargs)  # type: ignore[arg-type]
+    def client(self, api_key: str | None = None) -> OpenAI:
+        return OpenAI(base_url=f"{self.base_url}/v1", api_key=api_key or self.token, max_retries=0, timeout=600)
 
     def http(self, method: str, path: str, body: bytes | None = None, token: str | None = None,
              timeout: float = 600) -> tuple[int, dict[str, str], bytes]:
