@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from tests.gateway.conftest import TOKEN, Gateway
 
 pytestmark = pytest.mark.slow
-CASES = 150
+CASES = 100
 TIMEOUT = 30.0
 FUZZ = settings(max_examples=CASES, derandomize=True, deadline=None, database=None, phases=(Phase.explicit, Phase.generate),
                 suppress_health_check=list(HealthCheck))
