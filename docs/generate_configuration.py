@@ -44,11 +44,13 @@ def _settings_classes() -> list[tuple[str, str, type]]:
     """(command, environment prefix, settings dataclass) for every service."""
     sys.path.insert(0, str(REPO_ROOT))
     from drafter_svc.settings import DrafterSettings
+    from gateway_svc.settings import GatewaySettings
     from verifier_svc.settings import VerifierSettings
 
     return [
         ("specdec serve verifier", "SPECDEC_VERIFIER_", VerifierSettings),
         ("specdec serve drafter", "SPECDEC_DRAFTER_", DrafterSettings),
+        ("specdec serve openai", "SPECDEC_GATEWAY_", GatewaySettings),
     ]
 
 

@@ -17,7 +17,7 @@ from drafter_svc.pass_cost import PRIOR_CONTEXT
 from drafter_svc.protocol import Defaults, VerifierLimits, request_from_proto
 from drafter_svc.resumable_session import ResumePolicy, ResumingVerifier
 from drafter_svc.verifier_pool import VerifierPool
-from specdec.errors import SpecdecError
+from specdec.errors import SpecdecError, Unavailable
 from specdec.metrics import DrafterMetrics
 from specdec.v1 import drafter_pb2, drafter_pb2_grpc
 
@@ -58,6 +58,17 @@ class DrafterServicer(drafter_pb2_grpc.DrafterServicer):
         except asyncio.CancelledError:
             self.metrics.errors.labels("CANCELLED").inc()
             raise
+
+    async def GetModelInfo(
+        self, request: drafter_pb2.GetDrafterModelInfoRequest, context: grpc.aio.ServicerContext
+    ) -> drafter_pb2.DrafterModelInfo:
+        ready = sorted((m for m in self.pool.members.values() if m.ready), key=lambda m: m.address)
+        if not ready or ready[0].model_info is None:
+            raise Unavailable("", "no verifier is ready")
+        info = ready[0].model_info
+        return drafter_pb2.DrafterModelInfo(
+            model_name=info.model_name, context_length=info.context_length, max_new_tokens_cap=self.defaults.max_new_tokens_cap
+        )
 
     async def _generate(self, request: drafter_pb2.GenerateRequest, deadline: float | None) -> AsyncIterator[drafter_pb2.GenerateResponse]:
         # Counted before the request is parsed: a request that arrives while others stream sees them.

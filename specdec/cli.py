@@ -82,6 +82,7 @@ def _health(args: argparse.Namespace) -> int:
 _COMMAND_EXTRAS: dict[str, tuple[str, ...]] = {
     "serve verifier": ("verifier",),
     "serve drafter": ("drafter",),
+    "serve openai": ("gateway",),
     "draft": ("build-drafter",),
     "demo": ("build-drafter",),
     "demo --no-build": ("drafter", "verifier"),
@@ -110,8 +111,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(title="commands", dest="command", required=True, metavar="COMMAND")
 
-    serve = commands.add_parser("serve", help="run a service: specdec serve {verifier,drafter}", add_help=False)
-    serve.add_argument("kind", choices=["verifier", "drafter"])
+    serve = commands.add_parser("serve", help="run a service: specdec serve {verifier,drafter,openai}", add_help=False)
+    serve.add_argument("kind", choices=["verifier", "drafter", "openai"])
 
     gen = commands.add_parser("generate", help="stream a completion from a running drafter")
     gen.add_argument("prompt")
@@ -188,6 +189,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "serve":
         if args.kind == "verifier":
             from verifier_svc.server import main as serve_main
+        elif args.kind == "openai":  # the OpenAI-compatible HTTP gateway in front of the drafters
+            from gateway_svc.server import main as serve_main
         else:
             from drafter_svc.server import main as serve_main
         serve_main(rest)

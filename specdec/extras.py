@@ -13,11 +13,12 @@ SERVE_MODULES: tuple[str, ...] = ("grpc_reflection", "prometheus_client", "numpy
 EXTRA_MODULES: dict[str, tuple[str, ...]] = {
     "serve": SERVE_MODULES,
     "drafter": (*SERVE_MODULES, "kubernetes", "onnxruntime"),
+    "gateway": (*SERVE_MODULES, "kubernetes", "fastapi", "uvicorn"),
     "verifier": (*SERVE_MODULES, "torch", "transformers", "safetensors", "gguf", "accelerate"),
     "build-drafter": (*SERVE_MODULES, "kubernetes", "onnxruntime", "torch", "transformers", "safetensors", "gguf",
                       "accelerate", "onnx", "onnxscript"),
 }
-EXTRA_MODULES["all"] = (*EXTRA_MODULES["build-drafter"], "matplotlib")
+EXTRA_MODULES["all"] = (*EXTRA_MODULES["build-drafter"], "fastapi", "uvicorn", "matplotlib")
 
 
 def missing_modules(extras: Iterable[str]) -> list[str]:

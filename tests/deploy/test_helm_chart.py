@@ -26,6 +26,7 @@ kubernetes_validate = pytest.importorskip("kubernetes_validate", reason="kuberne
 from drafter_svc.discovery import discovery_from_target  # noqa: E402
 from drafter_svc.k8s_discovery import KubernetesDiscovery  # noqa: E402
 from drafter_svc.settings import DrafterSettings  # noqa: E402
+from gateway_svc.settings import GatewaySettings  # noqa: E402
 from specdec import cli, model_files, settings  # noqa: E402
 from specdec.grpc_server import LIVENESS_SERVICE  # noqa: E402
 from specdec.metrics import DrafterMetrics  # noqa: E402
@@ -51,6 +52,10 @@ VARIANTS: dict[str, dict[str, Any]] = {
                      "nodeSelector": {"gpu": "h100"}, "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "llm", "effect": "NoSchedule"}],
                      "extraSettings": {"torch_threads": 8}},
     },
+    "gateway": {"gateway": {"enabled": True, "autoscaling": {"enabled": True}, "servedModelName": "smol"},
+                "drafter": {"verifierDiscovery": "dns"}, "metrics": {"serviceMonitor": {"enabled": True}}},
+    "gateway-tls-auth": {"gateway": {"enabled": True, "image": {"repository": "example.org/gw", "tag": "1"}},
+                         "tls": {"enabled": True, "mutualDrafter": True}, "auth": {"enabled": True}},
 }
 
 
@@ -141,7 +146,8 @@ def test_values_schema_rejects_mistakes() -> None:
     chart = helm.Chart.load(CHART)
     chart.validate_schema({})
     for bad in ({"verifier": {"gpus": -1}}, {"drafter": {"verifierDiscovery": "zookeeper"}},
-                {"drafter": {"replica": 3}}, {"verifier": {"port": 70000}}, {"tls": {"enabled": "yes"}}):
+                {"drafter": {"replica": 3}}, {"verifier": {"port": 70000}}, {"tls": {"enabled": "yes"}},
+                {"gateway": {"enabled": "yes"}}, {"gateway": {"port": 0}}, {"gateway": {"requestTimeoutSeconds": -1}}):
         with pytest.raises(helm.HelmError):
             chart.validate_schema(bad)
 
@@ -166,7 +172,7 @@ def test_every_value_has_a_comment() -> None:
         if line.strip():
             previous = line
     # section headers (drafter:, image:, ...) are documented by the comments of their keys
-    headers = {"drafter:", "verifier:", "image:", "service:", "autoscaling:", "pdb:", "model:", "tls:",
+    headers = {"drafter:", "verifier:", "gateway:", "image:", "service:", "autoscaling:", "pdb:", "model:", "tls:",
                "metrics:", "serviceMonitor:", "serviceAccount:", "helmTest:"}
     assert [m for m in missing if m not in headers] == []
 
@@ -356,3 +362,77 @@ def test_service_monitor_scrapes_both_services_metrics_ports() -> None:
             assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
     assert sorted(selected) == ["drafter", "verifier"]
     assert monitor["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}
+
+
+def gateway_settings(variant: str, monkeypatch: pytest.MonkeyPatch) -> GatewaySettings:
+    """The gateway's settings, parsed by its own parser from its pod's environment."""
+    for field in dataclasses.fields(GatewaySettings):
+        monkeypatch.delenv("SPECDEC_GATEWAY_" + field.name.upper(), raising=False)
+    env = pod_env(variant, "gateway")
+    unknown = {name for name in env if name.removeprefix("SPECDEC_GATEWAY_").lower() not in
+               {f.name for f in dataclasses.fields(GatewaySettings)}}
+    assert not unknown, f"the gateway reads no such setting: {sorted(unknown)}"
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return settings.parse(GatewaySettings, "SPECDEC_GATEWAY_", [])
+
+
+def test_gateway_is_off_by_default() -> None:
+    for variant in ("default", "tls", "auth"):
+        assert not [o for o in render(variant) if o["metadata"].get("labels", {}).get("app.kubernetes.io/component") == "gateway"]
+
+
+@pytest.mark.parametrize("variant", ["gateway", "gateway-tls-auth"])
+def test_gateway_serves_its_settings_and_follows_every_drafter_pod(variant: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = gateway_settings(variant, monkeypatch)
+    c = container(variant, "gateway")
+    assert c["command"] == ["specdec", "serve", "openai"]
+    with pytest.raises(SystemExit) as done:
+        cli.main(["serve", "openai", "--help"])  # the real CLI knows the command
+    assert done.value.code == 0
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    assert config.host == "0.0.0.0" and ports["http"] == config.port == GatewaySettings().port
+    assert ports["metrics"] == config.metrics_port
+    service = one(variant, "Service", "gateway")
+    assert {p["name"]: p["targetPort"] for p in service["spec"]["ports"]} == {"http": "http", "metrics": "metrics"}
+    assert service["spec"]["selector"].items() <= one(variant, "Deployment", "gateway")["spec"]["template"]["metadata"]["labels"].items()
+    target = discovery_from_target(config.drafter)
+    drafter_service = one(variant, "Service", "drafter")
+    assert isinstance(target, KubernetesDiscovery)
+    assert (target.namespace, target.service) == (NAMESPACE, drafter_service["metadata"]["name"])
+    assert target.port in {p["name"] for p in drafter_service["spec"]["ports"]}
+    # the pod's ServiceAccount may watch EndpointSlices (even with dns discovery for the drafters)
+    pod = one(variant, "Deployment", "gateway")["spec"]["template"]["spec"]
+    binding = one(variant, "RoleBinding", "drafter")
+    assert binding["subjects"][0]["name"] == pod["serviceAccountName"]
+    assert one(variant, "ServiceAccount", "drafter")["automountServiceAccountToken"] is True
+    assert one(variant, "Role", "drafter")["rules"][0]["resources"] == ["endpointslices"]
+    pre_stop = c["lifecycle"]["preStop"]["sleep"]["seconds"]
+    assert pod["terminationGracePeriodSeconds"] > pre_stop + config.grace_seconds
+    assert c["readinessProbe"]["httpGet"]["path"] == "/health" and c["livenessProbe"]["tcpSocket"]["port"] == "http"
+
+
+def test_gateway_image_autoscaling_and_scrape() -> None:
+    assert container("gateway", "gateway")["image"] == container("gateway", "drafter")["image"]  # the drafter image by default
+    assert container("gateway-tls-auth", "gateway")["image"] == "example.org/gw:1"
+    hpa = one("gateway", "HorizontalPodAutoscaler", "gateway")
+    deployment = one("gateway", "Deployment", "gateway")
+    assert hpa["spec"]["scaleTargetRef"]["name"] == deployment["metadata"]["name"] and "replicas" not in deployment["spec"]
+    assert not find("gateway-tls-auth", "HorizontalPodAutoscaler", "gateway")
+    assert one("gateway-tls-auth", "Deployment", "gateway")["spec"]["replicas"] == 2
+    monitor = find("gateway", "ServiceMonitor")[0]
+    assert "gateway" in monitor["spec"]["selector"]["matchExpressions"][1]["values"]
+
+
+def test_gateway_tls_and_auth_point_at_the_mounted_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert not any("TLS" in name or "AUTH" in name for name in pod_env("gateway", "gateway"))
+    config = gateway_settings("gateway-tls-auth", monkeypatch)
+    c = container("gateway-tls-auth", "gateway")
+    mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
+    tls_files = {config.tls_cert_file, config.tls_key_file, config.drafter_tls_ca_file, config.drafter_tls_cert_file, config.drafter_tls_key_file}
+    assert tls_files == {f"{mounts['tls']}/{name}" for name in ("tls.crt", "tls.key", "ca.crt")}
+    assert config.drafter_tls_server_name == f"{one('gateway-tls-auth', 'Service', 'drafter')['metadata']['name']}.{NAMESPACE}.svc"
+    assert config.auth_token_file == f"{mounts['auth']}/token"
+    volumes = {v["name"]: v for v in one("gateway-tls-auth", "Deployment", "gateway")["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["auth"]["secret"]["secretName"] == "specdec-auth" and volumes["tls"]["secret"] == {"secretName": "specdec-tls"}
+    assert c["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"

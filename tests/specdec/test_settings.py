@@ -8,6 +8,7 @@ import re
 import pytest
 
 from drafter_svc.settings import DrafterSettings
+from gateway_svc.settings import GatewaySettings
 from specdec import settings
 from verifier_svc.settings import VerifierSettings
 
@@ -27,7 +28,7 @@ def test_bad_flag_value_is_refused() -> None:
         settings.parse(DrafterSettings, "SPECDEC_DRAFTER_", ["--num-draft-tokens", "many"])
 
 
-@pytest.mark.parametrize("cls", [VerifierSettings, DrafterSettings])
+@pytest.mark.parametrize("cls", [VerifierSettings, DrafterSettings, GatewaySettings])
 def test_every_setting_has_a_help_group(cls: type, capsys: pytest.CaptureFixture[str]) -> None:
     fields = dataclasses.fields(cls)
     assert all(f.metadata.get("group") in settings.GROUPS and f.metadata.get("help") for f in fields)

@@ -10,9 +10,10 @@
 {{- end -}}
 
 {{- define "specdec.drafter.name" -}}{{ include "specdec.fullname" . | trunc 55 | trimSuffix "-" }}-drafter{{- end -}}
+{{- define "specdec.gateway.name" -}}{{ include "specdec.fullname" . | trunc 55 | trimSuffix "-" }}-gateway{{- end -}}
 {{- define "specdec.verifier.name" -}}{{ include "specdec.fullname" . | trunc 54 | trimSuffix "-" }}-verifier{{- end -}}
 
-{{/* Labels on every object; "component" is drafter, verifier or test. */}}
+{{/* Labels on every object; "component" is drafter, verifier, gateway or test. */}}
 {{- define "specdec.labels" -}}
 helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version | replace "+" "_" }}
 app.kubernetes.io/name: {{ .root.Chart.Name }}
@@ -57,4 +58,16 @@ dns:///{{ include "specdec.verifier.name" . }}.{{ .Release.Namespace }}.svc.{{ .
 {{/* Pod termination grace: the preStop pause plus the server's drain grace plus a margin. */}}
 {{- define "specdec.terminationGrace" -}}
 {{- add (int .preStopSleepSeconds) (int .graceSeconds) 15 -}}
+{{- end -}}
+
+
+{{/* The drafters' ServiceAccount reads EndpointSlices: drafters follow the verifier Service's
+(kubernetes discovery), the gateway follows the drafter Service's. */}}
+{{- define "specdec.readsEndpointSlices" -}}
+{{- if or (eq .Values.drafter.verifierDiscovery "kubernetes") .Values.gateway.enabled -}}true{{- end -}}
+{{- end -}}
+
+{{/* The drafter Service's cluster DNS name (what a drafter's certificate names). */}}
+{{- define "specdec.drafter.serverName" -}}
+{{- printf "%s.%s.svc" (include "specdec.drafter.name" .) .Release.Namespace -}}
 {{- end -}}
