@@ -11,10 +11,10 @@ import shutil
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, PreTrainedModel
+from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedModel
 
 from specdec.model_files import build_once, is_model_folder, prepared_dir, source_path, tokenizer_dir
-from verifier_svc.attention import GROUPED_SDPA
+from verifier_svc.attention import attention_implementation
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,8 @@ def resolve_dtype(name: str, device: str) -> torch.dtype:
 
 
 def load_model(folder: Path, device: str, dtype: torch.dtype) -> PreTrainedModel:
-    """The model on `device`; on CPU with attention.GROUPED_SDPA (grouped key/value heads read in place)."""
-    attention = GROUPED_SDPA if torch.device(device).type == "cpu" else "sdpa"
-    model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype, attn_implementation=attention)
+    """The model on `device`, with the attention attention.attention_implementation picks for it."""
+    config = AutoConfig.from_pretrained(str(folder))
+    attention = attention_implementation(config, torch.device(device))
+    model = AutoModelForCausalLM.from_pretrained(str(folder), config=config, dtype=dtype, attn_implementation=attention)
     return model.to(device).eval()
