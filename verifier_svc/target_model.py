@@ -85,8 +85,8 @@ class TargetModel:
     @torch.inference_mode()
     def score(self, cache: KVCache, pending: Sequence[int], tree: TokenTree) -> torch.Tensor:
         """Append the pending tokens (committed, not yet cached; at least one, the last being the
-        tree's root) and the tree's n nodes to the cache in ONE forward pass with the tree mask.
-        Return [n+1, vocab] float32 logits on the CPU: row 0 after the root, row i+1 after node i.
+        tree's root) and the tree's n nodes to the cache in ONE forward pass with the tree mask
+        (within each layer's window: layer_masks.py). Return [n+1, vocab] float32 logits on the CPU: row 0 after the root, row i+1 after node i.
 
         Only those rows go through the output head. A pass may be padded (to pass_tokens[real -
         1] tokens: pass_sizes.py) with tokens no real token attends to. The cache grows by
