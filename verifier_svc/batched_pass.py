@@ -138,7 +138,9 @@ def score_batch(target: TargetModel, inputs: Sequence[PassInput]) -> list[torch.
         ids[b, : new - len(tokens)] = tokens[0]
     masks = model_masks(target.layers, mask, positions, keys, target.dtype, target.device)
     batch_cache = _padded_cache(inputs, cached, new, target)
-    kept = max(len(x.tree) + 1 for x in inputs)  # only the rows acceptance reads go through the output head
+    # The output head runs on the last `kept` rows of each session: its root and nodes, the rows
+    # acceptance reads (and, behind a smaller tree, a few rows before them).
+    kept = max(len(x.tree) + 1 for x in inputs)
     with target.kernels():
         logits = target.model(
             input_ids=ids.to(target.device),
@@ -147,8 +149,7 @@ def score_batch(target: TargetModel, inputs: Sequence[PassInput]) -> list[torch.
             cache=batch_cache,
             use_cache=True,
             logits_to_keep=kept,
-        ).logits  # [B, kept, vocab]
-        logits = logits.float().cpu()
+        ).logits.float().cpu()  # [B, kept, vocab]
     for index, layer in enumerate(batch_cache.layers):
         for b, x in enumerate(inputs):
             first = new - len(x.pending) - len(x.tree)
