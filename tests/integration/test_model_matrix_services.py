@@ -46,7 +46,7 @@ def verifier(folder, logs, *args: str) -> Service:  # type: ignore[no-untyped-de
     args = ("--model", str(folder), "--max-draft-tokens", "16", "--max-draft-depth", "8", "--tune-pass-sizes", "false", *args)
     service = Service("verifier", args, logs / "verifier.log")
     try:
-        service.wait_serving(300)
+        service.wait_serving(120)
     except BaseException:
         service.stop()
         raise
