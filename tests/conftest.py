@@ -62,3 +62,20 @@ def onnx_quantized_dir() -> Path:
     folder = build("quantized")
     print(f"\nquantized drafter ready in {time.perf_counter() - started:.1f} s: {folder}")
     return folder
+
+
+@pytest.fixture(scope="session")
+def matrix_model_folder(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """name -> the folder of tests/model_matrix.py's tiny model of that architecture, saved
+    (with the default tokenizer's files) once per session, on first use."""
+    from tests.model_matrix import save_model
+
+    root = tmp_path_factory.mktemp("model-matrix")
+    folders: dict[str, Path] = {}
+
+    def folder(name: str) -> Path:
+        if name not in folders:
+            folders[name] = save_model(name, root / name)
+        return folders[name]
+
+    return folder

@@ -10,14 +10,17 @@ caches and two drafted nodes takes 500 ms with `sdpa` and 162 ms with the heads 
 (transformers packs its query heads instead).
 
 `GROUPED_SDPA` is registered with transformers' AttentionInterface (and sdpa's mask builder);
-load_model selects it on CPU. Elsewhere (no mask, a single query token, or another device) it is
-transformers' own `sdpa_attention_forward`.
+`attention_implementation` selects it on CPU for models whose class runs SDPA. Elsewhere (no mask,
+a single query token, or another device) it is transformers' own `sdpa_attention_forward`. A
+layer with an attention soft cap (Gemma 2/3's `attn_logit_softcapping`), which SDPA cannot
+apply, is computed as transformers' eager attention does: scores, soft cap, mask, softmax in
+float32. A model class that does not run SDPA at all (Gemma 2, BLOOM) gets `eager`.
 """
 
 from __future__ import annotations
 
 import torch
-from transformers import AttentionInterface
+from transformers import AttentionInterface, AutoModelForCausalLM, PretrainedConfig
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
@@ -36,12 +39,44 @@ def grouped_sdpa_attention(
 ) -> tuple[torch.Tensor, None]:
     """transformers' attention-function contract: ([B, T, heads, d] output, no weights)."""
     groups = getattr(module, "num_key_value_groups", 1)
+    softcap = kwargs.get("softcap")
+    if softcap is not None:
+        return softcapped_attention(query, key, value, attention_mask, groups, scaling, float(softcap))  # type: ignore[arg-type]
     if attention_mask is None or query.shape[2] == 1 or groups == 1 or query.device.type != "cpu" or kwargs.get("position_bias") is not None:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)  # type: ignore[arg-type]
     out = torch.nn.functional.scaled_dot_product_attention(
         query, key, value, attn_mask=attention_mask, dropout_p=dropout, scale=scaling, enable_gqa=True
     )
     return out.transpose(1, 2).contiguous(), None
+
+
+def softcapped_attention(
+    query: torch.Tensor,  # [B, heads, T, d]
+    key: torch.Tensor,  # [B, kv_heads, L, d]
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,  # additive, [B, 1, T, L]
+    groups: int,
+    scaling: float | None,
+    softcap: float,
+) -> tuple[torch.Tensor, None]:
+    """Attention with the scores soft-capped before the mask (softcap * tanh(scores / softcap)),
+    as transformers' eager attention computes it; [B, T, heads, d] output."""
+    scale = query.shape[-1] ** -0.5 if scaling is None else scaling
+    key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
+    scores = torch.tanh(torch.matmul(query, key.transpose(2, 3)) * scale / softcap) * softcap
+    if attention_mask is not None:
+        scores = scores + attention_mask
+    weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+    return torch.matmul(weights, value).transpose(1, 2).contiguous(), None
+
+
+def attention_implementation(config: PretrainedConfig, device: torch.device) -> str:
+    """The attention a target on `device` loads with: GROUPED_SDPA on CPU and `sdpa` elsewhere
+    when the model's class runs SDPA, else `eager` (which every class has)."""
+    model_class = AutoModelForCausalLM._model_mapping.get(type(config), None)
+    if model_class is None or not getattr(model_class, "_supports_sdpa", False):
+        return "eager"
+    return GROUPED_SDPA if device.type == "cpu" else "sdpa"
 
 
 AttentionInterface.register(GROUPED_SDPA, grouped_sdpa_attention)

@@ -6,16 +6,20 @@ tokens. The pass is padded, not ragged:
 
 - keys: every cache is copied into a [B, heads, L, head_dim] tensor per layer, L = max L_b,
   session b's entries in slots [0, L_b) and masked-out padding in [L_b, L);
-- queries: the new tokens at [B, T], T = max T_b, padding after the real ones;
-- mask: [B, 1, T, L + T] additive. Row b is session b's own tree mask (tree_attention_mask)
-  with its cached columns at [0, L_b) and its new columns at [L + 0, L + T_b); a padding query
-  sees only itself, and no real query sees a padding key;
-- positions: [B, T], session b's own tree_position_ids (padding repeats the last one).
+- queries: the new tokens at [B, T], T = max T_b, right-aligned: session b's real tokens at
+  [T - T_b, T), padding before them, so that every session's root and nodes (the rows
+  acceptance reads) are the last rows of its row and the model's `logits_to_keep` can keep them;
+- mask: [B, T, L + T]. Row b is session b's own tree mask (tree_attention_mask) with its cached
+  columns at [0, L_b) and its new columns at [L + T - T_b, L + T); a padding query sees only
+  itself, and no real query sees a padding key; then each layer's window (layer_masks.py);
+- positions: [B, T], session b's own tree_position_ids (padding repeats the first one).
 
-Rotary embeddings are applied to keys as they are cached, so moving a session's entries to
-other slots changes nothing: each real row computes what its session's unbatched pass does, up
-to float rounding (other matrix shapes). Afterwards the T_b real new entries of each session
-are appended to its own cache, exactly as TargetModel.score would have left it.
+Rotary embeddings are applied to keys as they are cached and positions are passed explicitly,
+so moving a session's entries to other slots changes nothing: each real row computes what its
+session's unbatched pass does, up to float rounding (other matrix shapes). The pass is the
+model's own forward, so its logits are the model's (scaling, soft caps included) by
+construction. Afterwards the T_b real new entries of each session are appended to its own
+cache, exactly as TargetModel.score would have left it.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 from verifier_svc.kv_cache import KVCache
+from verifier_svc.layer_masks import model_masks
 from verifier_svc.target_model import TargetModel
 from verifier_svc.token_tree import TokenTree, tree_attention_mask, tree_position_ids
 
@@ -49,22 +54,24 @@ def batch_shape(inputs: Sequence[PassInput], min_rows: int = 1) -> tuple[int, in
     return cached, max(new, -(-min_rows // len(inputs)))
 
 
-def batch_mask_and_positions(inputs: Sequence[PassInput], cached: int, new: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """([B, cached + new] per query row as a [B, new, cached + new] bool mask, [B, new] int64
-    positions) for the padded layout described in the module docstring."""
+def batch_mask_and_positions(inputs: Sequence[PassInput], cached: int, new: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """([B, new, cached + new] bool mask, [B, new] int64 query positions, [B, cached + new]
+    int64 key positions) for the padded layout described in the module docstring."""
     mask = torch.zeros(len(inputs), new, cached + new, dtype=torch.bool)
     positions = torch.zeros(len(inputs), new, dtype=torch.long)
+    keys = torch.arange(cached + new).repeat(len(inputs), 1)  # a cached entry's slot is its position
     for b, x in enumerate(inputs):
         start, pending = len(x.cache), len(x.pending)
-        real = pending + len(x.tree)
+        first = new - pending - len(x.tree)  # the column of the session's first real token
         own = tree_attention_mask(x.tree, start, pending)  # [real, start + real]
-        mask[b, :real, :start] = own[:, :start]
-        mask[b, :real, cached : cached + real] = own[:, start:]
-        pad = torch.arange(real, new)
+        mask[b, first:, :start] = own[:, :start]
+        mask[b, first:, cached + first :] = own[:, start:]
+        pad = torch.arange(first)
         mask[b, pad, cached + pad] = True  # padding sees itself, so its softmax is defined
-        positions[b, :real] = tree_position_ids(x.tree, start, pending)
-        positions[b, real:] = positions[b, real - 1]
-    return mask, positions
+        positions[b, first:] = tree_position_ids(x.tree, start, pending)
+        positions[b, :first] = positions[b, first]
+        keys[b, cached:] = positions[b]
+    return mask, positions, keys
 
 
 class _SlotLayer(DynamicLayer):
@@ -123,28 +130,28 @@ def score_batch(target: TargetModel, inputs: Sequence[PassInput]) -> list[torch.
     for every session at once. Sessions must be distinct."""
     assert len({id(x.cache) for x in inputs}) == len(inputs), "one round per session per pass"
     cached, new = batch_shape(inputs, target.min_pass_tokens)
-    mask, positions = batch_mask_and_positions(inputs, cached, new)
+    mask, positions, keys = batch_mask_and_positions(inputs, cached, new)
     ids = torch.zeros(len(inputs), new, dtype=torch.long)
     for b, x in enumerate(inputs):
         tokens = [*x.pending, *x.tree.tokens.tolist()]
-        ids[b, : len(tokens)] = torch.tensor(tokens)
-        ids[b, len(tokens) :] = tokens[-1]
-    additive = torch.zeros(mask.shape, dtype=target.dtype).masked_fill_(~mask, torch.finfo(target.dtype).min)
+        ids[b, new - len(tokens) :] = torch.tensor(tokens)
+        ids[b, : new - len(tokens)] = tokens[0]
+    masks = model_masks(target.layers, mask, positions, keys, target.dtype, target.device)
     batch_cache = _padded_cache(inputs, cached, new, target)
+    # The output head runs on the last `kept` rows of each session: its root and nodes, the rows
+    # acceptance reads (and, behind a smaller tree, a few rows before them).
+    kept = max(len(x.tree) + 1 for x in inputs)
     with target.kernels():
-        hidden = target.model.base_model(
+        logits = target.model(
             input_ids=ids.to(target.device),
             position_ids=positions.to(target.device),
-            attention_mask=additive[:, None].to(target.device),
-            past_key_values=batch_cache,
+            attention_mask=masks,
+            cache=batch_cache,
             use_cache=True,
-        ).last_hidden_state  # [B, new, hidden]
-        # Only the rows acceptance reads go through the output head: the root's and the nodes'.
-        rows = [(b, len(x.pending) - 1 + i) for b, x in enumerate(inputs) for i in range(len(x.tree) + 1)]
-        picked = hidden[[b for b, _ in rows], [t for _, t in rows]]  # [sum(n_b + 1), hidden]
-        logits = target.model.get_output_embeddings()(picked).float().cpu()
+            logits_to_keep=kept,
+        ).logits.float().cpu()  # [B, kept, vocab]
     for index, layer in enumerate(batch_cache.layers):
         for b, x in enumerate(inputs):
-            real = len(x.pending) + len(x.tree)
-            x.cache.cache.update(layer.keys[b : b + 1, :, cached : cached + real], layer.values[b : b + 1, :, cached : cached + real], index)
-    return list(logits.split([len(x.tree) + 1 for x in inputs]))
+            first = new - len(x.pending) - len(x.tree)
+            x.cache.cache.update(layer.keys[b : b + 1, :, cached + first : cached + new], layer.values[b : b + 1, :, cached + first : cached + new], index)
+    return [logits[b, kept - len(x.tree) - 1 :] for b, x in enumerate(inputs)]

@@ -56,11 +56,12 @@ class GrowableLayer(DynamicLayer):
 
 
 class KVCache:
-    """Keys and values of the tokens a session has committed, in sequence order."""
+    """Keys and values of the tokens a session has committed, in sequence order: every entry in
+    every layer, sliding-window layers included (a pass's mask applies each layer's window:
+    layer_masks.py), so a cached entry's slot is its position."""
 
     def __init__(self, config: PretrainedConfig) -> None:
         self.cache = DynamicCache(config=config)
-        assert all(type(layer) is DynamicLayer for layer in self.cache.layers), "full-attention layers only"
         self.cache.layers = [GrowableLayer() for _ in self.cache.layers]
 
     def __len__(self) -> int:

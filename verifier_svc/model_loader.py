@@ -21,7 +21,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig, PreTrainedModel
 
 from specdec.model_files import DEFAULT_MODEL, build_once, is_model_folder, not_a_source, prepared_dir, source_path, tokenizer_dir
-from verifier_svc.attention import GROUPED_SDPA
+from verifier_svc.attention import attention_implementation
 from verifier_svc.model_support import model_class_name, servable
 
 log = logging.getLogger(__name__)
@@ -123,13 +123,14 @@ def placement_error(device: str, device_map: str, cuda_devices: int) -> str | No
 
 
 def load_model(folder: Path, device: str, dtype: torch.dtype, device_map: str = "") -> PreTrainedModel:
-    """The model on `device` (on CPU with attention.GROUPED_SDPA: grouped key/value heads read in
-    place), or spread by accelerate over the visible GPUs with `device_map` (DEVICE_MAPS).
+    """The model on `device` with the attention attention.attention_implementation picks for it
+    (on CPU grouped key/value heads read in place; `eager` for classes without SDPA), or spread by accelerate over the visible GPUs with `device_map` (DEVICE_MAPS).
     ModelNotServable if the checkpoint lacks weights the model needs or has some of other shapes."""
-    attention = GROUPED_SDPA if torch.device(device).type == "cpu" else "sdpa"
+    config = AutoConfig.from_pretrained(str(folder))
+    attention = attention_implementation(config, torch.device(device))
     placement = {"device_map": device_map} if device_map else {}
     model, info = AutoModelForCausalLM.from_pretrained(
-        str(folder), dtype=dtype, attn_implementation=attention, output_loading_info=True, **placement
+        str(folder), config=config, dtype=dtype, attn_implementation=attention, output_loading_info=True, **placement
     )
     problems = [f"missing {_listed(info['missing_keys'])}"] if info["missing_keys"] else []
     if info["mismatched_keys"]:

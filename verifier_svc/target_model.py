@@ -12,6 +12,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformers import PreTrainedModel
 
 from verifier_svc.kv_cache import KVCache
+from verifier_svc.layer_masks import layer_windows, model_masks
 from verifier_svc.linear_layout import linear_switch
 from verifier_svc.pass_sizes import fastest_at_least
 from verifier_svc.token_tree import TokenTree, chain, tree_attention_mask, tree_position_ids
@@ -38,7 +39,12 @@ def attention_kernels(device: torch.device) -> contextlib.AbstractContextManager
 
 
 class TargetModel:
-    """Scores token trees with one forward pass per round; holds no per-session state."""
+    """Scores token trees with one forward pass per round; holds no per-session state.
+
+    Every pass is the model's own forward (its `logits_to_keep` rows), given the tree's mask
+    within each layer's window (layer_masks.py) and the tree's positions: the logits are what
+    the model computes after its decoder, whatever it applies there (logit scaling, soft caps).
+    """
 
     def __init__(self, model: PreTrainedModel, name: str) -> None:
         self.model = model
@@ -47,6 +53,7 @@ class TargetModel:
         self.dtype = next(model.parameters()).dtype
         self.vocab_size: int = model.config.vocab_size
         self.context_length: int = model.config.max_position_embeddings
+        self.layers = layer_windows(model.config)
         # On CPU the linear layers of this model's passes run weight first (linear_layout.py)
         # unless tune_pass_sizes timed F.linear faster; elsewhere they are left as they are.
         self.linear_switch = linear_switch(model) if self.device.type == "cpu" else None
@@ -78,8 +85,8 @@ class TargetModel:
     @torch.inference_mode()
     def score(self, cache: KVCache, pending: Sequence[int], tree: TokenTree) -> torch.Tensor:
         """Append the pending tokens (committed, not yet cached; at least one, the last being the
-        tree's root) and the tree's n nodes to the cache in ONE forward pass with the tree mask.
-        Return [n+1, vocab] float32 logits on the CPU: row 0 after the root, row i+1 after node i.
+        tree's root) and the tree's n nodes to the cache in ONE forward pass with the tree mask
+        (within each layer's window: layer_masks.py). Return [n+1, vocab] float32 logits on the CPU: row 0 after the root, row i+1 after node i.
 
         Only those rows go through the output head. A pass may be padded (to pass_tokens[real -
         1] tokens: pass_sizes.py) with tokens no real token attends to. The cache grows by
@@ -101,14 +108,14 @@ class TargetModel:
             pad_rows[:, :start] = True
             pad_rows[:, start + real :] = torch.eye(padding, dtype=torch.bool)
             mask = torch.cat([mask, pad_rows], dim=0)
-        # An additive float mask: what both the eager and the SDPA attention accept.
-        additive = torch.zeros(mask.shape, dtype=self.dtype).masked_fill_(~mask, torch.finfo(self.dtype).min)
+        keys = torch.cat([torch.arange(start), positions])  # a cached entry's slot is its position
+        masks = model_masks(self.layers, mask[None], positions[None], keys[None], self.dtype, self.device)
         with self.kernels():
             out = self.model(
                 input_ids=torch.tensor([ids], dtype=torch.long, device=self.device),
                 position_ids=positions.unsqueeze(0).to(self.device),
-                attention_mask=additive[None, None].to(self.device),
-                past_key_values=cache.cache,
+                attention_mask=masks,
+                cache=cache.cache,
                 use_cache=True,
                 logits_to_keep=n + 1 + padding,
             )

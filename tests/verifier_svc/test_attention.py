@@ -44,3 +44,25 @@ def test_grouped_attention_gives_the_logits_of_transformers_sdpa(grouped: Target
         worst = max((a - b).abs().max().item() for xs, ys in zip(ref_logits, logits) for a, b in zip(xs, ys))
         print(f"batched={batched}: grouped vs transformers' sdpa, max |logit difference| {worst:.2e}")
         assert worst < LOGIT_ATOL
+
+
+def test_softcapped_attention_is_transformers_eager_attention() -> None:
+    """Grouped heads, an additive mask and a soft cap small enough to bite: the same output as
+    transformers' eager attention (Gemma 2's), which applies the cap before the mask."""
+    from types import SimpleNamespace
+
+    from transformers.models.gemma2.modeling_gemma2 import eager_attention_forward
+
+    from verifier_svc.attention import grouped_sdpa_attention
+
+    generator = torch.Generator().manual_seed(0)
+    query = torch.randn(2, 6, 5, 16, generator=generator) * 3
+    key, value = torch.randn(2, 2, 9, 16, generator=generator) * 3, torch.randn(2, 2, 9, 16, generator=generator)
+    mask = torch.zeros(2, 1, 5, 9).masked_fill_(torch.rand(2, 1, 5, 9, generator=generator) < 0.3, torch.finfo(torch.float32).min)
+    mask[..., -1] = 0  # every query sees a key
+    module = SimpleNamespace(num_key_value_groups=3, training=False, head_dim=16)
+    expected, _ = eager_attention_forward(module, query, key, value, mask, scaling=0.25, softcap=2.0)  # type: ignore[arg-type]
+    got, _ = grouped_sdpa_attention(module, query, key, value, mask, scaling=0.25, softcap=2.0)  # type: ignore[arg-type]
+    uncapped, _ = eager_attention_forward(module, query, key, value, mask, scaling=0.25)  # type: ignore[arg-type]
+    assert torch.allclose(got, expected, atol=1e-5)
+    assert not torch.allclose(got, uncapped, atol=1e-2)  # the cap matters here

@@ -116,7 +116,8 @@ def test_batched_cache_matches_a_fresh_pass(target: TargetModel, tokenizer) -> N
 
 def test_mask_rows_are_each_sessions_own_tree_mask() -> None:
     """Pure layout check: real rows carry the session's tree mask at its cache slots and at the
-    shared new-token slots; padding keys are invisible to real rows; positions are the tree's."""
+    shared new-token slots, right-aligned; padding keys are invisible to real rows; query and
+    key positions are the tree's."""
 
     class FakeCache:
         def __init__(self, n: int) -> None:
@@ -127,13 +128,15 @@ def test_mask_rows_are_each_sessions_own_tree_mask() -> None:
 
     a = PassInput(FakeCache(5), [9], build_tree([1, 2, 3], [ROOT, 0, ROOT]))  # type: ignore[arg-type]
     b = PassInput(FakeCache(2), [7, 8], chain([4]))  # type: ignore[arg-type]
-    mask, positions = batch_mask_and_positions([a, b], cached=5, new=4)
-    assert mask.shape == (2, 4, 9) and positions.shape == (2, 4)
+    mask, positions, keys = batch_mask_and_positions([a, b], cached=5, new=4)
+    assert mask.shape == (2, 4, 9) and positions.shape == (2, 4) and keys.shape == (2, 9)
     own_a = tree_attention_mask(a.tree, 5, 1)
     assert torch.equal(mask[0, :4, :5], own_a[:, :5]) and torch.equal(mask[0, :4, 5:9], own_a[:, 5:])
-    own_b = tree_attention_mask(b.tree, 2, 2)
-    assert torch.equal(mask[1, :3, :2], own_b[:, :2]) and not mask[1, :3, 2:5].any()
-    assert torch.equal(mask[1, :3, 5:8], own_b[:, 2:]) and not mask[1, :3, 8].any()
-    assert mask[1, 3].nonzero().flatten().tolist() == [8]  # padding sees only itself
+    own_b = tree_attention_mask(b.tree, 2, 2)  # right-aligned: padding first, then the real rows
+    assert torch.equal(mask[1, 1:, :2], own_b[:, :2]) and not mask[1, 1:, 2:6].any()
+    assert torch.equal(mask[1, 1:, 6:9], own_b[:, 2:])
+    assert mask[1, 0].nonzero().flatten().tolist() == [5]  # padding sees only itself
     assert positions[0].tolist() == tree_position_ids(a.tree, 5, 1).tolist()
-    assert positions[1].tolist() == [*tree_position_ids(b.tree, 2, 2).tolist(), 4]  # padding repeats the last
+    assert positions[1].tolist() == [2, *tree_position_ids(b.tree, 2, 2).tolist()]  # padding repeats the first
+    assert keys[0].tolist() == [0, 1, 2, 3, 4, *positions[0].tolist()]  # a cached entry's slot is its position
+    assert keys[1, 5:].tolist() == positions[1].tolist()
