@@ -94,10 +94,10 @@ class KVCacheModel(nn.Module):
             windowed = window_bias(attention_bias, position_ids, past[0].shape[2], self.window)
             mask = {FULL: attention_bias, SLIDING: windowed} if self.typed else windowed
         out = self.model(
-            input_ids=input_ids, position_ids=position_ids, attention_mask=mask, past_key_values=cache,
+            input_ids=input_ids, position_ids=position_ids, attention_mask=mask, cache=cache,
             use_cache=True, logits_to_keep=logits_index,
         )
-        present = [t for layer in out.past_key_values.layers for t in (layer.keys, layer.values)]
+        present = [t for layer in out.cache.layers for t in (layer.keys, layer.values)]
         return (out.logits, *present)
 
 
@@ -105,7 +105,7 @@ def cache_shape(model: nn.Module) -> tuple[int, int, int]:
     """(layers, KV heads, head width) of the cache the model's forward fills, from one token;
     UnsupportedModel where it fills none or its layers differ (the contract has one shape)."""
     with torch.no_grad():
-        cache = model(input_ids=torch.zeros(1, 1, dtype=torch.long), use_cache=True).past_key_values
+        cache = model(input_ids=torch.zeros(1, 1, dtype=torch.long), use_cache=True).cache
     layers = getattr(cache, "layers", None)
     if not layers or any(getattr(layer, "keys", None) is None for layer in layers):
         raise UnsupportedModel(f"{type(model).__name__} keeps no per-layer key/value cache ({type(cache).__name__})")
