@@ -20,6 +20,7 @@ Phi-3, Starcoder2) gets the windowed mask.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import torch
@@ -119,7 +120,7 @@ def cache_shape(model: nn.Module) -> tuple[int, int, int]:
 def export_generic(model: nn.Module, path: Path) -> Path:
     """Write `path` (float32) for `model`, a transformers causal LM in eval mode loaded with
     attn_implementation="eager"; UnsupportedModel where it cannot take the contract's inputs."""
-    wrapper = KVCacheModel(model.float().eval())
+    wrapper = KVCacheModel(model.float().eval()).eval()
     layers, heads, width = cache_shape(model)
     inputs, outputs = io_names(layers)
     past_len, n = 3, 2  # example shapes, none of them 0 or 1 (torch.export would fix those)
@@ -134,9 +135,16 @@ def export_generic(model: nn.Module, path: Path) -> Path:
         "logits_index": {0: dynamic}, "past": tuple({2: dynamic} for _ in inputs[4:]),
     }
     weight_bytes = sum(p.numel() for p in model.parameters()) * 4
-    with torch.no_grad():
-        torch.onnx.export(
-            wrapper, example, str(path), input_names=inputs, output_names=outputs, dynamic_shapes=shapes,
-            opset_version=DYNAMO_OPSET, dynamo=True, external_data=weight_bytes > _EXTERNAL_DATA_BYTES, verbose=False,
-        )
+    # The exporter warns, once per process, of every torchvision operator it cannot register.
+    registration = logging.getLogger("torch.onnx._internal.exporter._registration")
+    level = registration.level
+    registration.setLevel(logging.ERROR)
+    try:
+        with torch.no_grad():
+            torch.onnx.export(
+                wrapper, example, str(path), input_names=inputs, output_names=outputs, dynamic_shapes=shapes,
+                opset_version=DYNAMO_OPSET, dynamo=True, external_data=weight_bytes > _EXTERNAL_DATA_BYTES, verbose=False,
+            )
+    finally:
+        registration.setLevel(level)
     return path

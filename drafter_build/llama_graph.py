@@ -10,6 +10,7 @@ same check (export_check.py).
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import torch
@@ -128,7 +129,8 @@ def export_llama(model: nn.Module, path: Path) -> Path:
         **{name: {0: "batch", 2: "past"} for name in inputs[4:]},
         **{name: {0: "batch", 2: "total"} for name in outputs[1:]},
     }
-    with torch.no_grad():
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="You are using the legacy TorchScript-based ONNX export")
         torch.onnx.export(
             wrapper,
             (ids, positions, causal_bias(past_len, n), torch.tensor([n - 1]), *kv),

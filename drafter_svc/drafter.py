@@ -210,7 +210,8 @@ def load_built_model(name: str, models: DrafterModels) -> DraftModel:
     speculation.drafter) when it is not built, its build failed its export check (or predates
     the check), or it was built for another tokenizer: the message names the drafter's build
     and the target this process serves."""
-    from drafter_svc.onnx_drafter import Manifest, load_draft_model  # imports Draft from this module
+    from drafter_svc.drafter_manifest import Manifest
+    from drafter_svc.onnx_drafter import load_draft_model  # imports Draft from this module
 
     kind = MODEL_DRAFTERS[name]
     folder = _model_folder(name, models)

@@ -2,9 +2,9 @@
 sending the q each was drawn from (Leviathan et al., 2023: any q works; a good q is close to p).
 
 The model folder is what `specdec draft build` writes (drafter_build/): model.onnx with its KV
-cache as inputs/outputs (contract: drafter_build/onnx_export.py) and manifest.json. One loaded
-model (an onnxruntime InferenceSession, CPU execution provider) is shared by every session of
-the process; each session keeps its own KV cache as numpy arrays and the tokens it holds.
+cache as inputs/outputs (contract: drafter_build/onnx_contract.py) and manifest.json
+(drafter_manifest.py). One loaded model (an onnxruntime InferenceSession, CPU execution
+provider) is shared by every session of the process; each session keeps its own KV cache as numpy arrays and the tokens it holds.
 
 Each propose runs the context through the model from the longest cached prefix it shares with
 the cache (so after the verifier rejects, the cache is rolled back to the accepted text by
@@ -25,11 +25,9 @@ then accepts whenever its own winner is among them.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -37,6 +35,7 @@ import numpy as np
 from drafter_svc.acceptance_predictor import q_entropy
 from drafter_svc.draft_sampling import TAIL_MASS, SparseQ, draft_distribution, model_probabilities, point_mass, top_tokens
 from drafter_svc.drafter import ROOT, Draft, Feedback
+from drafter_svc.drafter_manifest import Manifest
 from specdec.coupled_sampling import RaceNoise, race_ranking
 from specdec.sampling_params import SamplingParams
 
@@ -50,46 +49,6 @@ from specdec.sampling_params import SamplingParams
 # for 3 ms more per pass (39.2 against 38.8 ms per token; README, "Race labels").
 BRANCH_DEPTHS = 2
 NodeQ = tuple[list[int], list[float], float]  # a node's q as a Draft carries it: token ids, probabilities, entropy
-
-
-@dataclass(frozen=True)
-class Manifest:
-    """What the drafter reads of a build's manifest.json (drafter_build/build.py writes it)."""
-
-    kind: str
-    num_layers: int
-    num_kv_heads: int
-    head_dim: int
-    vocab_size: int
-    tokenizer_fingerprint: str
-    target_source: str = ""
-    check_passed: bool | None = None  # None: built before builds were checked
-    check_summary: str = ""
-
-    @staticmethod
-    def read(folder: Path) -> Manifest:
-        """ValueError where manifest.json is not a build's manifest."""
-        try:
-            data = json.loads((folder / "manifest.json").read_text())
-            model, target, check = data["model"], data["target"], data.get("check") or {}
-            return Manifest(
-                data["kind"], int(model["num_layers"]), int(model["num_kv_heads"]), int(model["head_dim"]),
-                int(model["vocab_size"]), str(target["tokenizer_fingerprint"]), str(target.get("source", "")),
-                bool(check["passed"]) if "passed" in check else None, check_summary(check),
-            )
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
-            raise ValueError(f"{folder / 'manifest.json'} is not a drafter build's manifest ({type(error).__name__}: {error})") from None
-
-
-def check_summary(check: dict) -> str:
-    """The export check's measurements in a few words: each precision's measure against its bound."""
-    parts = []
-    for precision, measure, relation in (("float32", "max_abs_logit_diff", "<="), ("int8", "argmax_agreement", ">=")):
-        entry = check.get(precision)
-        if isinstance(entry, dict):
-            ok = "passed" if entry.get("passed") else "FAILED"
-            parts.append(f"{precision} {measure} {entry.get(measure)} {relation} {entry.get('tolerance')}: {ok}")
-    return "; ".join(parts)
 
 
 class DraftModel:
