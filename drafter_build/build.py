@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import re
 import shutil
 import sys
 import tempfile
@@ -118,13 +119,18 @@ def build(
 
 
 def load_for_export(folder: Path):  # type: ignore[no-untyped-def]
-    """The causal LM in `folder`, float32, eager attention (the implementation every architecture
-    has, which the generic graph traces); BuildError where transformers cannot load one."""
+    """The causal LM in `folder`, float32, with the implementations the generic graph traces:
+    eager attention (every architecture has it) and, for mixture-of-experts layers, every
+    expert run on every token with the router's weights (`batched_mm`; transformers' default
+    picks the experts a token routes to with data-dependent shapes, which torch.export cannot
+    trace). BuildError where transformers cannot load one."""
     import torch
     from transformers import AutoModelForCausalLM
 
     try:
-        return AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32, attn_implementation="eager").eval()
+        return AutoModelForCausalLM.from_pretrained(
+            str(folder), dtype=torch.float32, attn_implementation="eager", experts_implementation="batched_mm"
+        ).eval()
     except (OSError, ValueError, KeyError) as error:
         raise BuildError(f"cannot load a causal LM from {folder}: {_first_line(error)}") from error
 
@@ -237,7 +243,8 @@ def write_drafter(  # type: ignore[no-untyped-def]
 
 
 def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
+    """The error's first line without terminal colour codes (torch's exporter colours its messages)."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(error)).strip()
     return text.splitlines()[0] if text else type(error).__name__
 
 

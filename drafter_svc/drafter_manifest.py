@@ -40,11 +40,15 @@ class Manifest:
 
 
 def check_summary(check: dict) -> str:
-    """The export check's measurements in a few words: each precision's measure against its bound."""
+    """The export check's measurements in a few words: each precision's measure, its bound and the verdict."""
     parts = []
-    for precision, measure, relation in (("float32", "max_abs_logit_diff", "<="), ("int8", "argmax_agreement", ">=")):
+    for precision, measure, bound in (("float32", "max_abs_logit_diff", "tolerance"), ("int8", "argmax_agreement", "floor")):
         entry = check.get(precision)
         if isinstance(entry, dict):
-            ok = "passed" if entry.get("passed") else "FAILED"
-            parts.append(f"{precision} {measure} {entry.get(measure)} {relation} {entry.get('tolerance')}: {ok}")
+            verdict = "passed" if entry.get("passed") else "FAILED"
+            parts.append(f"{precision} {measure} {_number(entry.get(measure))}, {bound} {_number(entry.get('tolerance'))}: {verdict}")
     return "; ".join(parts)
+
+
+def _number(value: object) -> str:
+    return f"{value:.3g}" if isinstance(value, (int, float)) else str(value)
