@@ -4,7 +4,8 @@ sending the q each was drawn from (Leviathan et al., 2023: any q works; a good q
 The model folder is what `specdec draft build` writes (drafter_build/): model.onnx with its KV
 cache as inputs/outputs (contract: drafter_build/onnx_contract.py) and manifest.json
 (drafter_manifest.py). One loaded model (an onnxruntime InferenceSession, CPU execution
-provider) is shared by every session of the process; each session keeps its own KV cache as numpy arrays and the tokens it holds.
+provider) is shared by every session of the process; each session keeps its own KV cache as
+numpy arrays and the tokens it holds.
 
 Each propose runs the context through the model from the longest cached prefix it shares with
 the cache (so after the verifier rejects, the cache is rolled back to the accepted text by
