@@ -36,6 +36,14 @@ def target(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tiny_model_folder(tmp_path_factory.mktemp("target"), "llama")
 
 
+@pytest.fixture(scope="module")
+def built(target: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The target's own int8 drafter (the Llama graph), built for the target."""
+    out = tmp_path_factory.mktemp("built") / "quantized"
+    assert build_main(["quantized", "--model", str(target), "--out", str(out)]) == 0
+    return out
+
+
 def build(target: Path, drafter: Path, out: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
     """(exit code, the last line on stderr: the build's own message, after transformers' progress bars)."""
     code = build_main(["small", "--model", str(target), "--from", str(drafter), "--out", str(out)])
@@ -58,13 +66,13 @@ def test_a_small_model_of_another_architecture_builds_and_drafts_with_torchs_q(
     print(f"{architecture}: {check}")
     assert manifest["check"]["passed"] and manifest["created_with"]["graph"] == "generic"
     assert check["max_abs_logit_diff"] <= check["tolerance"] == pytest.approx(export_check.FLOAT32_RELATIVE_TOLERANCE * check["logit_scale"])
-    assert manifest["drafter"] == {"architecture": type(AutoModelForCausalLM.from_pretrained(str(source))).__name__, "model_dir": str(source.resolve())}
+    model = AutoModelForCausalLM.from_pretrained(str(source), attn_implementation="eager").eval()
+    assert manifest["drafter"] == {"architecture": type(model).__name__, "model_dir": str(source.resolve())}
 
     drafter = make_drafter("onnx-small", SamplingParams(1.0), seed=0, models=models(tmp_path / "drafter", target))
     assert isinstance(drafter, OnnxDrafter)
     draft = drafter.propose(CONTEXT, 3)
     assert len(draft) == 3
-    model = AutoModelForCausalLM.from_pretrained(str(source), attn_implementation="eager").eval()
     for depth, (ids, probs) in enumerate(zip(draft.q_token_ids, draft.q_probs)):
         with torch.no_grad():
             p = torch.softmax(model(torch.tensor([CONTEXT + draft.token_ids[:depth]])).logits[0, -1].double(), -1).numpy()
@@ -113,7 +121,7 @@ def test_a_broken_export_fails_the_build_and_the_service_refuses_it(
 
 
 def test_a_drafter_of_another_tokenizer_is_refused_naming_both(
-    target: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    target: Path, built: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     foreign = tiny_model_folder(tmp_path / "foreign", "qwen3", characters=" abcdefghijklmnopqrstuvwxyz9876543210.,():#+\n")
     code, err = build(target, foreign, tmp_path / "drafter", capsys)
@@ -122,17 +130,13 @@ def test_a_drafter_of_another_tokenizer_is_refused_naming_both(
     assert str(foreign) in err and target_fingerprint[:12] in err and foreign_fingerprint[:12] in err
 
     # A build for the target, loaded by a service of another target.
-    built = tmp_path / "built"
-    assert build_main(["quantized", "--model", str(target), "--out", str(built)]) == 0
     with pytest.raises(FailedPrecondition, match="another tokenizer") as refused:
         make_drafter("onnx-quantized", models=DrafterModels({"quantized": built}, foreign_fingerprint, target=str(foreign)))
     message = refused.value.message
     assert all(name in message for name in (str(target), target_fingerprint[:12], str(foreign), foreign_fingerprint[:12]))
 
 
-def test_a_build_from_before_the_check_is_refused(target: Path, tmp_path: Path) -> None:
-    built = tmp_path / "built"
-    assert build_main(["quantized", "--model", str(target), "--out", str(built)]) == 0
+def test_a_build_from_before_the_check_is_refused(target: Path, built: Path, tmp_path: Path) -> None:
     unchecked = tmp_path / "unchecked"
     shutil.copytree(built, unchecked)
     manifest = json.loads((unchecked / "manifest.json").read_text())
