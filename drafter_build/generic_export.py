@@ -20,6 +20,7 @@ Phi-3, Starcoder2) gets the windowed mask.
 
 from __future__ import annotations
 
+import inspect
 import logging
 from pathlib import Path
 
@@ -76,8 +77,12 @@ class KVCacheModel(nn.Module):
         self.model = model
         windows = layer_windows(model.config)
         self.window = next((w for w in windows if w), None)
-        self.mixed = self.window is not None and len(set(windows)) > 1
         self.typed = getattr(model.config.get_text_config(decoder=True), "layer_types", None) is not None
+        # transformers 5 names the cache argument `cache` (`past_key_values` before) and most
+        # models take `logits_to_keep`; a model without it gets its logits picked here.
+        parameters = inspect.signature(model.forward).parameters
+        self.cache_argument = "cache" if "cache" in parameters else "past_key_values"
+        self.keeps_logits = "logits_to_keep" in parameters
 
     def forward(
         self,
@@ -94,26 +99,29 @@ class KVCacheModel(nn.Module):
         if self.window is not None:
             windowed = window_bias(attention_bias, position_ids, past[0].shape[2], self.window)
             mask = {FULL: attention_bias, SLIDING: windowed} if self.typed else windowed
+        keep = {"logits_to_keep": logits_index} if self.keeps_logits else {}
         out = self.model(
-            input_ids=input_ids, position_ids=position_ids, attention_mask=mask, cache=cache,
-            use_cache=True, logits_to_keep=logits_index,
+            input_ids=input_ids, position_ids=position_ids, attention_mask=mask, use_cache=True,
+            **{self.cache_argument: cache}, **keep,
         )
-        present = [t for layer in out.cache.layers for t in (layer.keys, layer.values)]
-        return (out.logits, *present)
+        logits = out.logits if self.keeps_logits else out.logits.index_select(1, logits_index)
+        present = [t for layer in cache.layers for t in (layer.keys, layer.values)]
+        return (logits, *present)
 
 
 def cache_shape(model: nn.Module) -> tuple[int, int, int]:
     """(layers, KV heads, head width) of the cache the model's forward fills, from one token;
     UnsupportedModel where it fills none or its layers differ (the contract has one shape)."""
     with torch.no_grad():
-        cache = model(input_ids=torch.zeros(1, 1, dtype=torch.long), use_cache=True).cache
+        out = model(input_ids=torch.zeros(1, 1, dtype=torch.long), use_cache=True)
+    cache = out.get("cache", out.get("past_key_values"))  # its name in transformers 5, and before
     layers = getattr(cache, "layers", None)
     if not layers or any(getattr(layer, "keys", None) is None for layer in layers):
         raise UnsupportedModel(f"{type(model).__name__} keeps no per-layer key/value cache ({type(cache).__name__})")
-    shapes = {(layer.keys.shape[1], layer.keys.shape[3], layer.values.shape[1], layer.values.shape[3]) for layer in layers}
-    if len(shapes) != 1 or len({(h, d) for h, d, *_ in shapes} | {tuple(s[2:]) for s in shapes}) != 1:
+    shapes = {(t.shape[1], t.shape[3]) for layer in layers for t in (layer.keys, layer.values)}  # (heads, width)
+    if len(shapes) != 1:
         raise UnsupportedModel(f"{type(model).__name__}'s layers cache keys and values of different shapes {sorted(shapes)}")
-    heads, width, _, _ = shapes.pop()
+    heads, width = shapes.pop()
     return len(layers), heads, width
 
 
