@@ -7,7 +7,8 @@ tensors become a transformers `DynamicCache`, the additive mask goes in as a pre
 (transformers uses such a mask as given), `logits_index` as `logits_to_keep`. Whatever the
 model's forward computes (q/k norms, logit scaling, soft caps, fused projections, learned
 positions, MoE routing) is in the graph by construction. The attention runs as transformers'
-`eager` implementation, which every architecture has.
+`eager` implementation, which every architecture has; mixture-of-experts layers run every
+expert with the router's weights (build.load_for_export loads them so).
 
 Sliding windows: transformers applies a layer's window when it builds its own masks, which a
 prepared mask bypasses, so the wrapper adds the window to the bias itself (a key more than
