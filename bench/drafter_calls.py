@@ -6,11 +6,13 @@
 - a sampled step's parts at temperature 1 with the exponential race: the model call, building q
   (draft_distribution) and the race's draw.
 
-Median of `--repeats` calls each. With `--against DIR` (another build of the drafter, e.g. one
-made with an earlier graph version of drafter_build/onnx_export.py), the one-token call and the
-prefill token of both builds instead, their calls interleaved so that contention hits both alike.
+Median of `--repeats` calls each, of the built onnx-quantized drafter of the default target (or
+of `--drafter DIR`). With `--against DIR` (another build of the same model: the generic graph
+against the Llama graph, or an earlier graph version), the one-token call and the prefill
+token of both builds instead, their calls interleaved so that contention hits both alike:
 
-    flock /tmp/specdec-cpu.lock python -m bench.drafter_calls [--against DIR]
+    specdec draft build quantized --graph generic --out /tmp/generic-quantized
+    flock /tmp/specdec-cpu.lock python -m bench.drafter_calls --against /tmp/generic-quantized
 """
 
 from __future__ import annotations
@@ -69,12 +71,13 @@ def compare(models: dict[str, DraftModel], repeats: int, rng: np.random.Generato
 def main(argv: Sequence[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--repeats", type=int, default=15)
+    p.add_argument("--drafter", type=Path, default=None, metavar="DIR", help="the build to time (default: the built onnx-quantized drafter)")
     p.add_argument("--against", type=Path, default=None, metavar="DIR", help="another build of the drafter to compare with")
     args = p.parse_args(argv)
-    model = load_built_model("hybrid", DrafterModels())
+    model = DraftModel(args.drafter) if args.drafter else load_built_model("hybrid", DrafterModels())
     rng = np.random.default_rng(0)
     if args.against is not None:
-        compare({str(args.against): DraftModel(args.against), "built": model}, args.repeats, rng)
+        compare({str(args.against): DraftModel(args.against), str(args.drafter or "built"): model}, args.repeats, rng)
         return 0
 
     def call(cached: list[np.ndarray], start: int, n: int) -> Callable[[], object]:

@@ -10,6 +10,7 @@ draft means "decode normally".
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
     from drafter_svc.onnx_drafter import DraftModel
 
 
+log = logging.getLogger(__name__)
 ROOT = -1  # the parent index of a node that follows the context's last token
 
 
@@ -149,6 +151,7 @@ class DrafterModels:
     threads: int = 0
     tail_mass: float | None = None
     window: int | None = None  # prompt tokens read, from the end (onnx_drafter.PROMPT_WINDOW if None; 0: all)
+    target: str = ""  # the model source this process serves, named in refusals
 
 
 def make_drafter(
@@ -182,36 +185,65 @@ def make_drafter(
 
 def resolve_default_drafter(name: str, models: DrafterModels) -> str:
     """The server's default drafter: `name`, or for "auto" hybrid (onnx-quantized's drafts or
-    copies) where onnx-quantized's model is built (for this tokenizer; it is loaded now), else
-    copy (no build step; docs/design/hybrid-drafter.md)."""
+    copies) where onnx-quantized's model is built and usable (it is loaded now), else copy (no
+    build step; a build that is there but refused is logged with the reason;
+    docs/design/hybrid-drafter.md)."""
     if name != "auto":
         return name
     try:
         load_built_model(HYBRID, models)
-    except FailedPrecondition:
+    except FailedPrecondition as error:
+        if _model_folder(HYBRID, models).joinpath("manifest.json").is_file():
+            log.warning("--drafter auto: serving with copy, not %s: %s", HYBRID, error.message)
         return "copy"
     return HYBRID
 
 
-def load_built_model(name: str, models: DrafterModels) -> DraftModel:
-    """Model drafter `name`'s built model, loaded once per process; FailedPrecondition (naming
-    speculation.drafter) when it is not built or was built for another tokenizer."""
-    from drafter_svc.onnx_drafter import load_draft_model  # imports Draft from this module
+def _model_folder(name: str, models: DrafterModels) -> Path:
     from specdec.model_files import drafter_dir
 
     kind = MODEL_DRAFTERS[name]
-    folder = models.folders.get(kind) or drafter_dir("default", kind)
+    return models.folders.get(kind) or drafter_dir("default", kind)
+
+
+def load_built_model(name: str, models: DrafterModels) -> DraftModel:
+    """Model drafter `name`'s built model, loaded once per process; FailedPrecondition (naming
+    speculation.drafter) when it is not built, its build failed its export check (or predates
+    the check), or it was built for another tokenizer: the message names the drafter's build
+    and the target this process serves."""
+    from drafter_svc.drafter_manifest import Manifest
+    from drafter_svc.onnx_drafter import load_draft_model  # imports Draft from this module
+
+    kind = MODEL_DRAFTERS[name]
+    folder = _model_folder(name, models)
+    rebuild = f"`specdec draft build {kind}{f' --model {models.target}' if models.target else ''} --force`"
     if not (folder / "manifest.json").is_file():
         raise FailedPrecondition(
             "speculation.drafter", f"{name} has no model in {folder}: build it with `specdec draft build {kind}`"
         )
-    model = load_draft_model(folder, models.threads)
-    built_for = model.manifest.tokenizer_fingerprint
-    if models.tokenizer_fingerprint and built_for != models.tokenizer_fingerprint:
+    try:
+        manifest = Manifest.read(folder)
+    except ValueError as error:
+        raise FailedPrecondition("speculation.drafter", f"{name}'s model in {folder}: {error}; rebuild it with {rebuild}") from None
+    built_for = f"target {manifest.target_source or '?'} (tokenizer fingerprint {manifest.tokenizer_fingerprint[:12]})"
+    serving = f"target {models.target or '?'} (tokenizer fingerprint {models.tokenizer_fingerprint[:12]})"
+    if models.tokenizer_fingerprint and manifest.tokenizer_fingerprint != models.tokenizer_fingerprint:
         raise FailedPrecondition(
-            "speculation.drafter", f"{name}'s model in {folder} was built for another tokenizer ({built_for[:12]}...)"
+            "speculation.drafter",
+            f"{name}'s model in {folder} was built for another tokenizer: for {built_for}, but this drafter serves {serving}; "
+            f"build one for this target with `specdec draft build {kind}{f' --model {models.target}' if models.target else ''}`",
         )
-    return model
+    if manifest.check_passed is None:
+        raise FailedPrecondition(
+            "speculation.drafter", f"{name}'s model in {folder} (built for {built_for}) predates the export check: rebuild it with {rebuild}"
+        )
+    if not manifest.check_passed:
+        raise FailedPrecondition(
+            "speculation.drafter",
+            f"{name}'s model in {folder} (built for {built_for}) failed its export check against torch ({manifest.check_summary}); "
+            f"this drafter serves {serving}: rebuild it with {rebuild} or build another model",
+        )
+    return load_draft_model(folder, models.threads)
 
 
 _MODEL_DRAFTER_STREAM = 0x0D5A  # keeps drafter seeds apart from any other use of the request seed

@@ -2,9 +2,10 @@
 sending the q each was drawn from (Leviathan et al., 2023: any q works; a good q is close to p).
 
 The model folder is what `specdec draft build` writes (drafter_build/): model.onnx with its KV
-cache as inputs/outputs (contract: drafter_build/onnx_export.py) and manifest.json. One loaded
-model (an onnxruntime InferenceSession, CPU execution provider) is shared by every session of
-the process; each session keeps its own KV cache as numpy arrays and the tokens it holds.
+cache as inputs/outputs (contract: drafter_build/onnx_contract.py) and manifest.json
+(drafter_manifest.py). One loaded model (an onnxruntime InferenceSession, CPU execution
+provider) is shared by every session of the process; each session keeps its own KV cache as
+numpy arrays and the tokens it holds.
 
 Each propose runs the context through the model from the longest cached prefix it shares with
 the cache (so after the verifier rejects, the cache is rolled back to the accepted text by
@@ -25,11 +26,9 @@ then accepts whenever its own winner is among them.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -37,6 +36,7 @@ import numpy as np
 from drafter_svc.acceptance_predictor import q_entropy
 from drafter_svc.draft_sampling import TAIL_MASS, SparseQ, draft_distribution, model_probabilities, point_mass, top_tokens
 from drafter_svc.drafter import ROOT, Draft, Feedback
+from drafter_svc.drafter_manifest import Manifest
 from specdec.coupled_sampling import RaceNoise, race_ranking
 from specdec.sampling_params import SamplingParams
 
@@ -50,25 +50,6 @@ from specdec.sampling_params import SamplingParams
 # for 3 ms more per pass (39.2 against 38.8 ms per token).
 BRANCH_DEPTHS = 2
 NodeQ = tuple[list[int], list[float], float]  # a node's q as a Draft carries it: token ids, probabilities, entropy
-
-
-@dataclass(frozen=True)
-class Manifest:
-    kind: str
-    num_layers: int
-    num_kv_heads: int
-    head_dim: int
-    vocab_size: int
-    tokenizer_fingerprint: str
-
-    @staticmethod
-    def read(folder: Path) -> Manifest:
-        data = json.loads((folder / "manifest.json").read_text())
-        model = data["model"]
-        return Manifest(
-            data["kind"], model["num_layers"], model["num_kv_heads"], model["head_dim"], model["vocab_size"],
-            data["target"]["tokenizer_fingerprint"],
-        )
 
 
 class DraftModel:

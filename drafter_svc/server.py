@@ -60,6 +60,7 @@ async def run(config: DrafterSettings) -> None:
         config.onnx_threads,
         config.onnx_tail_mass,
         config.onnx_prompt_window,
+        target=config.model,
     )
     if not 0.0 <= config.onnx_tail_mass < 1.0:
         raise SystemExit(f"--onnx-tail-mass: must be in [0, 1), got {config.onnx_tail_mass}")

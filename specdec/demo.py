@@ -44,11 +44,16 @@ def _run(client: Client, prompt: str, max_new_tokens: int, k: int | None) -> Gen
 
 
 def _build_default_drafter(log_dir: Path, verbose: bool) -> None:
-    """Build the onnx-quantized drafter unless it is built (the drafter service's default then)."""
+    """Build the onnx-quantized drafter unless a build that passed its export check is there (the
+    drafter service's default then; it refuses any other)."""
+    from drafter_svc.drafter_manifest import Manifest
     from specdec.model_files import drafter_dir
 
-    if (drafter_dir("default", "quantized") / "manifest.json").is_file():
-        return
+    try:
+        if Manifest.read(drafter_dir("default", "quantized")).check_passed:
+            return
+    except ValueError:  # not built, or not readable: build it
+        pass
     with quiet_step("building the default drafter, an int8 ONNX copy of the target (once)", log_dir / "build.log", verbose):
         from drafter_build.build import build  # torch + transformers: only here
 

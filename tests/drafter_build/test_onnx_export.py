@@ -11,11 +11,31 @@ import onnxruntime as ort
 import pytest
 import torch
 
-from drafter_build.build import graph_version
-from drafter_build.onnx_export import GRAPH_VERSION, causal_bias, io_names, max_abs_logit_diff
+from drafter_build.build import rebuild_reason
+from drafter_build.llama_graph import GRAPH_VERSION
+from drafter_build.onnx_contract import causal_bias, io_names
 from tests.drafter_build.tiny_model import VOCAB, tiny_drafter_folder
 
 TOKENS = [int(t) for t in torch.randint(0, VOCAB, (40,), generator=torch.Generator().manual_seed(1))]
+
+
+def max_abs_logit_diff(model: torch.nn.Module, onnx_path: Path, token_ids: list[int], split: int) -> float:
+    """Largest |logit| difference between `model` (torch, full sequence) and the ONNX model run in
+    two calls (token_ids[:split] from an empty cache, then the rest on the returned cache)."""
+    session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+    inputs, _ = io_names(3)
+    kv = [np.zeros((1, 2, 0, 16), np.float32) for _ in range(6)]
+    rows = []
+    for start, stop in ((0, split), (split, len(token_ids))):
+        logits, *kv = session.run(None, {
+            "input_ids": np.array([token_ids[start:stop]], np.int64), "position_ids": np.arange(start, stop)[None],
+            "attention_bias": causal_bias(start, stop - start).numpy(), "logits_index": np.arange(stop - start),
+            **dict(zip(inputs[4:], kv)),
+        })
+        rows.append(logits[0])
+    with torch.no_grad():
+        expected = model(torch.tensor([token_ids])).logits[0].numpy()
+    return float(np.abs(np.concatenate(rows) - expected).max())
 
 
 @pytest.fixture(scope="module")
@@ -75,8 +95,12 @@ def test_manifest_describes_the_model_and_the_build(exported) -> None:  # type: 
     }
     assert manifest["kind"] == "small" and manifest["target"]["tokenizer_fingerprint"] == "tiny-test-tokenizer"
     assert manifest["created_with"]["quantization"] == "none (float32)"
-    assert manifest["created_with"]["graph_version"] == GRAPH_VERSION == graph_version(folder)
-    assert manifest["float32_max_abs_logit_diff"] < 1e-4
+    assert manifest["created_with"]["graph"] == "llama" and manifest["created_with"]["graph_version"] == GRAPH_VERSION
+    assert manifest["drafter"]["architecture"] == "LlamaForCausalLM"
+    check = manifest["check"]
+    assert check["passed"] and check["float32"]["passed"] and "int8" not in check
+    assert check["float32"]["max_abs_logit_diff"] < 1e-4 < check["float32"]["tolerance"]
+    assert rebuild_reason(folder) is None  # a passed build of the current graph is kept
 
 
 def test_int8_model_gives_each_token_nearly_the_same_logits_however_the_calls_are_split(tmp_path: Path) -> None:
@@ -102,13 +126,31 @@ def test_int8_model_gives_each_token_nearly_the_same_logits_however_the_calls_ar
     assert diff < 0.05
 
 
-def test_a_build_from_before_graph_versions_reads_as_version_1(exported, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    """`specdec draft build` rebuilds a drafter whose graph version is not the current one."""
+def test_a_build_is_redone_unless_it_passed_its_check_with_the_current_graph(exported, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """`specdec draft build` rebuilds a drafter built before the check, one that failed it, one of
+    another graph version or graph, and one whose manifest cannot be read."""
     _, folder = exported
     manifest = json.loads((folder / "manifest.json").read_text())
-    del manifest["created_with"]["graph_version"]
-    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
-    assert graph_version(tmp_path) == 1 < GRAPH_VERSION
-    assert graph_version(tmp_path / "missing") is None
+
+    def reason(**changes: object) -> str | None:
+        edited = json.loads(json.dumps(manifest))
+        for path, value in changes.items():
+            *parents, key = path.split("__")
+            entry = edited
+            for parent in parents:
+                entry = entry[parent]
+            if value is None:
+                del entry[key]
+            else:
+                entry[key] = value
+        (tmp_path / "manifest.json").write_text(json.dumps(edited))
+        return rebuild_reason(tmp_path)
+
+    assert reason() is None
+    assert reason(check=None) == "built before the export check"
+    assert reason(check__passed=False) == "its export check failed"
+    assert reason(created_with__graph_version=None) == f"llama graph version 1, not {GRAPH_VERSION}"
+    assert reason(drafter__model_dir="/elsewhere") == "built from /elsewhere, not the target"
+    assert rebuild_reason(tmp_path / "missing") == "not built"
     (tmp_path / "manifest.json").write_text('{"created_with": ')  # a build cut off mid-write
-    assert graph_version(tmp_path) == 0
+    assert rebuild_reason(tmp_path) == "its manifest cannot be read"

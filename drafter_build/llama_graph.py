@@ -1,0 +1,144 @@
+"""The hand-written ONNX graph of a LlamaForCausalLM step (the I/O contract of
+drafter_build/onnx_export.py): the model's own modules (embedding, RMSNorms, projections, MLPs,
+rotary embedding, head) with the attention written out as matmul + softmax over plain cache
+tensors, built with few nodes because a one-token call is mostly small nodes around the
+products: projections that read the same input stacked into one, grouped attention without
+copies of the cache, rotate_half as a product. It serves only the exact Llama layout
+(`is_llama_layout`); every other architecture goes through generic_export.py, and both pass the
+same check (export_check.py).
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from drafter_build.onnx_contract import OPSET, causal_bias, io_names
+
+# The graph's version, recorded in the manifest: raised whenever this graph changes under the
+# same I/O contract, so that `specdec draft build` rebuilds a drafter built before. 2: the
+# attention reads the grouped KV heads in place, each layer's q, k and v projections are one
+# product, as are its MLP's gate and up, and the rotary embedding is one product for q and k;
+# an int8 call of one token took 8.4-12.4 ms against 10.9-18.8 after 150-1,500 cached tokens
+# (bench/results/drafter_calls-20261125-graph2.md), with the same float32 logits.
+GRAPH_VERSION = 2
+
+
+def is_llama_layout(model: nn.Module) -> bool:
+    """Whether `model` is exactly transformers' LlamaForCausalLM, the module tree this graph reads
+    (a subclass or a relative with the same names may compute something else)."""
+    from transformers import LlamaForCausalLM
+
+    return type(model) is LlamaForCausalLM
+
+
+class KVCacheLlama(nn.Module):
+    """A LlamaForCausalLM step over flat past-KV tensors: (ids, positions, bias, logits_index,
+    *past) -> (logits, *present), past and present interleaved as key.0, value.0, key.1, ..."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+        config = model.config
+        self.num_heads = config.num_attention_heads
+        self.num_kv_heads = config.num_key_value_heads
+        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        # Each layer's q, k and v projections as one product, and its MLP's gate and up
+        # projections as another: fewer, wider products (the same numbers: a product's columns,
+        # and each column's int8 blocks, do not depend on the others).
+        attns, mlps = [layer.self_attn for layer in model.model.layers], [layer.mlp for layer in model.model.layers]
+        self.qkv = nn.ModuleList(_stacked([attn.q_proj, attn.k_proj, attn.v_proj]) for attn in attns)
+        self.gate_up = nn.ModuleList(_stacked([mlp.gate_proj, mlp.up_proj]) for mlp in mlps)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        position_ids: torch.Tensor,
+        attention_bias: torch.Tensor,
+        logits_index: torch.Tensor,
+        *past: torch.Tensor,
+    ) -> tuple[torch.Tensor, ...]:
+        inner = self.model.model
+        hidden = inner.embed_tokens(input_ids)  # [b, n, hidden]
+        cos, sin = (t.unsqueeze(2) for t in inner.rotary_emb(hidden, position_ids))  # [b, n, 1, d]
+        batch, n = input_ids.shape
+        heads, kv_heads, d = self.num_heads, self.num_kv_heads, self.head_dim
+        groups = heads // kv_heads
+        # transformers' rotate_half(x) = cat(-x[d/2:], x[:d/2]) as a product with a constant
+        # signed permutation (exact: one nonzero term per output), one node instead of four.
+        rotate_half = torch.zeros(d, d)
+        rotate_half[d // 2 :, : d // 2] = -torch.eye(d // 2)
+        rotate_half[: d // 2, d // 2 :] = torch.eye(d // 2)
+        present: list[torch.Tensor] = []
+        for i, layer in enumerate(inner.layers):
+            attn = layer.self_attn
+            x = layer.input_layernorm(hidden)
+            qk, v = self.qkv[i](x).view(batch, n, heads + 2 * kv_heads, d).split([heads + kv_heads, kv_heads], dim=2)
+            qk = qk * cos + torch.matmul(qk, rotate_half) * sin  # the rotary embedding of q and k at once
+            q, k = qk.transpose(1, 2).split([heads, kv_heads], dim=1)  # [b, heads, n, d], [b, kv, n, d]
+            v = v.transpose(1, 2)
+            k = torch.cat([past[2 * i], k], dim=2)  # [b, kv, past + n, d]
+            v = torch.cat([past[2 * i + 1], v], dim=2)
+            present += [k, v]
+            # Grouped attention in place: query head h reads KV head h // groups (transformers'
+            # repeat_kv), so the queries of a KV head's group are stacked as rows of one product
+            # with its keys instead of copying each KV head `groups` times.
+            q = q.reshape(batch, kv_heads, groups * n, d)
+            scores = torch.matmul(q, k.transpose(2, 3)) * attn.scaling  # [b, kv, groups n, past + n]
+            scores = scores.view(batch, kv_heads, groups, n, -1) + attention_bias.unsqueeze(2)
+            weights = torch.softmax(scores, dim=-1).view(batch, kv_heads, groups * n, -1)
+            out = torch.matmul(weights, v).view(batch, heads, n, d).transpose(1, 2).reshape(batch, n, heads * d)
+            hidden = hidden + attn.o_proj(out)
+            gate, up = self.gate_up[i](layer.post_attention_layernorm(hidden)).split(layer.mlp.up_proj.out_features, dim=-1)
+            hidden = hidden + layer.mlp.down_proj(layer.mlp.act_fn(gate) * up)
+        hidden = inner.norm(hidden).index_select(1, logits_index)  # [b, m, hidden]
+        return (self.model.lm_head(hidden), *present)
+
+
+def _stacked(projections: list[nn.Linear]) -> nn.Linear:
+    """One linear layer whose outputs are those of `projections`, in order."""
+    biases = [p.bias for p in projections]
+    stacked = nn.Linear(projections[0].in_features, sum(p.out_features for p in projections), bias=biases[0] is not None)
+    with torch.no_grad():
+        stacked.weight.copy_(torch.cat([p.weight for p in projections]))
+        if stacked.bias is not None:
+            stacked.bias.copy_(torch.cat(biases))  # type: ignore[arg-type]
+    return stacked
+
+
+def export_llama(model: nn.Module, path: Path) -> Path:
+    """Write `path` (float32) for `model`, a LlamaForCausalLM in eval mode, with torch's
+    TorchScript exporter (this graph is plain tensor code; it needs no tracing of the cache)."""
+    wrapper = KVCacheLlama(model.float().eval())
+    config = model.config
+    layers = config.num_hidden_layers
+    inputs, outputs = io_names(layers)
+    past_len, n = 3, 2  # example shapes (both dynamic in the graph)
+    ids = torch.randint(0, config.vocab_size, (1, n))
+    positions = torch.arange(past_len, past_len + n).unsqueeze(0)
+    kv = [torch.randn(1, wrapper.num_kv_heads, past_len, wrapper.head_dim) for _ in range(2 * layers)]
+    axes = {
+        "input_ids": {0: "batch", 1: "n"},
+        "position_ids": {0: "batch", 1: "n"},
+        "attention_bias": {0: "batch", 2: "n", 3: "total"},
+        "logits_index": {0: "m"},
+        "logits": {0: "batch", 1: "m"},
+        **{name: {0: "batch", 2: "past"} for name in inputs[4:]},
+        **{name: {0: "batch", 2: "total"} for name in outputs[1:]},
+    }
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="You are using the legacy TorchScript-based ONNX export")
+        torch.onnx.export(
+            wrapper,
+            (ids, positions, causal_bias(past_len, n), torch.tensor([n - 1]), *kv),
+            str(path),
+            input_names=inputs,
+            output_names=outputs,
+            dynamic_axes=axes,
+            opset_version=OPSET,
+            dynamo=False,
+        )
+    return path
