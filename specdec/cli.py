@@ -42,6 +42,9 @@ def _generate(args: argparse.Namespace) -> int:
                 acceptance=args.acceptance,
                 draft_policy=args.draft_policy,
                 overlap=args.overlap,
+                json_schema=_read_arg(args.json_schema),
+                regex=args.regex,
+                grammar=_read_arg(args.grammar),
             ):
                 sys.stdout.write(chunk.text)
                 sys.stdout.flush()
@@ -59,6 +62,14 @@ def _generate(args: argparse.Namespace) -> int:
             print(f"\nerror: {error.code().name}: {error.details()}", file=sys.stderr)
             return 1
     return 0
+
+
+def _read_arg(value: str | None) -> str | None:
+    """A flag's value, or the contents of the file it names after '@'."""
+    if value is not None and value.startswith("@"):
+        with open(value[1:], encoding="utf-8") as f:
+            return f.read()
+    return value
 
 
 def _health(args: argparse.Namespace) -> int:
@@ -101,6 +112,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     gen.add_argument("--acceptance", default=None, metavar="RULE",
                      help="exact (default), or opt-in lossy lenient:L (L in (0, 1]) or mentored:D (KL budget D >= 0, "
                           "temperature > 0)")
+    constraint = gen.add_mutually_exclusive_group()
+    constraint.add_argument("--json-schema", default=None, help="constrain the output to this JSON Schema (JSON text, or @FILE)")
+    constraint.add_argument("--regex", default=None, help="constrain the output to match this regular expression")
+    constraint.add_argument("--grammar", default=None, help="constrain the output to this Lark/EBNF grammar (text, or @FILE)")
     gen.add_argument("--tls-ca-file", default="", help="PEM CA to check the drafter with: use TLS")
     gen.add_argument(
         "--token-file", default=os.environ.get("SPECDEC_TOKEN_FILE", ""),
