@@ -23,7 +23,7 @@ import llguidance
 import numpy as np
 
 from drafter_svc.drafter import ROOT, Draft
-from specdec.output_constraint import GrammarCompiler
+from specdec.grammar import GrammarCompiler
 from specdec.tokenizer import Tokenizer
 
 

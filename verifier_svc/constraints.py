@@ -19,7 +19,7 @@ import llguidance
 import numpy as np
 import torch
 
-from specdec.output_constraint import GrammarCompiler
+from specdec.grammar import GrammarCompiler
 from verifier_svc.token_tree import ROOT, TokenTree
 
 

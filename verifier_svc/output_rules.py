@@ -14,7 +14,8 @@ from dataclasses import dataclass
 import torch
 
 from specdec.errors import InvalidArgument
-from specdec.output_constraint import GrammarCompiler, OutputConstraint
+from specdec.grammar import GrammarCompiler
+from specdec.output_constraint import OutputConstraint
 from specdec.penalties import Penalties, validate_top_logprobs
 from specdec.sampling_params import SamplingParams
 from verifier_svc.constraints import masked_logits, restrict, tree_masks

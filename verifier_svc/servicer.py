@@ -11,7 +11,8 @@ import grpc
 
 from specdec.acceptance_params import acceptance_from_proto
 from specdec.errors import FailedPrecondition, InvalidArgument, SpecdecError, Unavailable
-from specdec.output_constraint import GrammarCompiler, constraint_from_proto
+from specdec.grammar import GrammarCompiler
+from specdec.output_constraint import constraint_from_proto
 from specdec.penalties import penalties_from_proto
 from specdec.sampling_params import sampling_from_proto
 from specdec.tokenizer import Tokenizer

@@ -16,7 +16,7 @@ import torch
 
 from specdec.acceptance_params import AcceptanceParams
 from specdec.errors import FailedPrecondition, InvalidArgument, ResourceExhausted
-from specdec.output_constraint import GrammarCompiler
+from specdec.grammar import GrammarCompiler
 from specdec.sampling_params import SamplingParams
 from specdec.coupled_sampling import RaceNoise, race_seed
 from verifier_svc.acceptance import RoundVerdict, verify_coupled, verify_greedy, verify_speculative

@@ -12,7 +12,8 @@ import numpy as np
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, LogitsProcessor
 
-from specdec.output_constraint import GrammarCompiler, OutputConstraint
+from specdec.grammar import GrammarCompiler
+from specdec.output_constraint import OutputConstraint
 
 PERSON_SCHEMA = {
     "type": "object",

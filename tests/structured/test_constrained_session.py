@@ -18,7 +18,8 @@ import torch
 from scipy import stats as scipy_stats
 from transformers import LogitsProcessorList, RepetitionPenaltyLogitsProcessor
 
-from specdec.output_constraint import GrammarCompiler, OutputConstraint
+from specdec.grammar import GrammarCompiler
+from specdec.output_constraint import OutputConstraint
 from specdec.penalties import Penalties
 from specdec.sampling_params import SamplingParams
 from tests.structured.reference import (
