@@ -21,6 +21,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 def _generate(args: argparse.Namespace) -> int:
     from specdec.auth import load_token
     from specdec.client import Client
+    from specdec.penalties import Penalties
     from specdec.tls import channel_credentials
 
     credentials = channel_credentials(args.tls_ca_file, args.tls_cert_file, args.tls_key_file)
@@ -45,6 +46,7 @@ def _generate(args: argparse.Namespace) -> int:
                 json_schema=_read_arg(args.json_schema),
                 regex=args.regex,
                 grammar=_read_arg(args.grammar),
+                penalties=Penalties(args.repetition_penalty, args.frequency_penalty, args.presence_penalty, min_tokens=args.min_tokens),
             ):
                 sys.stdout.write(chunk.text)
                 sys.stdout.flush()
@@ -116,6 +118,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     constraint.add_argument("--json-schema", default=None, help="constrain the output to this JSON Schema (JSON text, or @FILE)")
     constraint.add_argument("--regex", default=None, help="constrain the output to match this regular expression")
     constraint.add_argument("--grammar", default=None, help="constrain the output to this Lark/EBNF grammar (text, or @FILE)")
+    gen.add_argument("--repetition-penalty", type=float, default=1.0, help="transformers' repetition penalty (1: none)")
+    gen.add_argument("--frequency-penalty", type=float, default=0.0, help="OpenAI's frequency penalty, [-2, 2]")
+    gen.add_argument("--presence-penalty", type=float, default=0.0, help="OpenAI's presence penalty, [-2, 2]")
+    gen.add_argument("--min-tokens", type=int, default=0, help="no end of sequence before this many tokens")
     gen.add_argument("--tls-ca-file", default="", help="PEM CA to check the drafter with: use TLS")
     gen.add_argument(
         "--token-file", default=os.environ.get("SPECDEC_TOKEN_FILE", ""),
