@@ -3,7 +3,9 @@
 Each round is ONE target pass over the tokens not yet cached (the last committed token, or the
 whole prompt on the first round) plus the round's token tree; the exact rule (acceptance.py)
 then walks the tree, and the cache keeps only the committed prefix and the accepted path. A
-session may opt into a lossy rule instead (lossy_acceptance.py: lenient or mentored).
+session may opt into a lossy rule instead (lossy_acceptance.py: lenient or mentored). The rule
+runs on the target's logits after the session's output rules (output_rules.py: a constraint's
+masks and penalties, every tree node from its own path).
 """
 
 from __future__ import annotations
