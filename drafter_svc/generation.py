@@ -247,9 +247,10 @@ async def generate(
                 else:
                     full = drafter.propose(draft_context, budget, nodes)
                 draft = policy.choose(full, budget, nodes, step_seconds)
-            if grammar is not None:  # cut or redrawn where it leaves the grammar
-                draft = grammar.fit(graft(forced, draft))
-                stats.forced_tokens += len(forced)
+            if grammar is not None:  # cut or redrawn where it leaves the grammar, then forced tokens after it
+                fitted = grammar.fit(graft(forced, draft))
+                draft = grammar.extend(fitted, budget + len(forced), request.max_tree_nodes)
+                stats.forced_tokens += len(forced) + len(draft) - len(fitted)
             stats.draft_seconds += time.perf_counter() - started
 
             started = time.perf_counter()

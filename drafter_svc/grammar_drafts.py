@@ -5,6 +5,8 @@ they are sent.
 - `forced(limit)`: the tokens the grammar forces next (llguidance's fast-forward tokens: the
   canonical tokens of the bytes every continuation starts with), drafted as point masses without
   the drafter: JSON punctuation and the keys of a fixed schema cost no drafting at all.
+- `extend(draft, depth, max_nodes)`: the tokens forced after the draft's first chain, appended
+  below it as point masses (a closing quote drafted, then the next key for free).
 - `fit(draft)`: a point-mass node whose token the grammar does not allow after its path is cut
   with its subtree (a deterministic draft cut deterministically is still a deterministic draft).
   A sampled node's q is restricted to the allowed tokens and renormalized (q'); its token is kept
@@ -22,6 +24,7 @@ from collections.abc import Sequence
 import llguidance
 import numpy as np
 
+from drafter_svc.draft_tree import primary_path
 from drafter_svc.drafter import ROOT, Draft
 from specdec.grammar import GrammarCompiler
 from specdec.tokenizer import Tokenizer
@@ -99,6 +102,21 @@ class GrammarDrafts:
             return np.array([self.matcher.validate_tokens([ids[0]]) == 1])
         return self.compiler.allowed_tokens(self.matcher)[np.asarray(ids)]
 
+    def extend(self, draft: Draft, depth: int, max_nodes: int) -> Draft:
+        """The draft with the tokens the grammar forces after its primary path (its first chain)
+        appended below that path's end, keeping the tree within `depth` and `max_nodes`. The
+        draft must fit the grammar (`fit`)."""
+        path = primary_path(draft)
+        room = min(depth - len(path), max_nodes - len(draft))
+        if room <= 0 or any(draft.token_ids[i] in self.eos_token_ids for i in path):
+            return draft
+        tokens = draft.path_tokens(path)
+        if not self.matcher.consume_tokens(tokens):
+            raise RuntimeError(f"the drafter's grammar matcher refused a fitted path: {self.matcher.get_error()}")
+        extra = self.forced(room)
+        self.matcher.rollback(len(tokens))
+        return graft_below(draft, path[-1] if path else ROOT, extra)
+
     def commit(self, emitted: Sequence[int]) -> None:
         """The round's emitted tokens, up to an EOS, advance the matcher."""
         for token in emitted:
@@ -124,6 +142,22 @@ def _select(draft: Draft, kept: dict[int, tuple[int, list[int], list[float]]]) -
         pick(draft.match_lengths),
         pick(draft.confidences),
         [] if any(kept[i][1] != draft.q_token_ids[i] for i in order) else pick(draft.q_entropies),
+    )
+
+
+def graft_below(draft: Draft, node: int, chain: list[int]) -> Draft:
+    """The draft with `chain` (point masses) hanging below `node` (ROOT: the context)."""
+    if not chain:
+        return draft
+    n = len(draft)
+    parents = [node, *range(n, n + len(chain) - 1)]
+
+    def joined(values: list, fill: object) -> list:  # type: ignore[type-arg]
+        return values + [fill] * len(chain) if values else []
+
+    return Draft(
+        draft.token_ids + chain, draft.parents + parents, draft.q_token_ids + [[t] for t in chain], draft.q_probs + [[1.0] for _ in chain],
+        joined(draft.match_lengths, 0), joined(draft.confidences, 1.0), joined(draft.q_entropies, 0.0),
     )
 
 

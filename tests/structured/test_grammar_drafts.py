@@ -71,3 +71,16 @@ def test_graft_puts_the_drafters_tree_under_the_forced_chain() -> None:
     tree = graft([1, 2], rest)
     assert tree.token_ids == [1, 2, 5, 6, 7] and tree.parents == [ROOT, 0, 1, 1, 2]
     assert tree.confidences == [1.0, 1.0, 0.5, 0.4, 0.3] and tree.q_probs[2] == [0.5, 0.5]
+
+
+def test_extend_appends_the_tokens_forced_after_the_first_chain(compiler: GrammarCompiler, tokenizer) -> None:  # type: ignore[no-untyped-def]
+    grammar = drafts(compiler, OutputConstraint("json_schema", json.dumps(SCHEMA)))
+    head = grammar.forced(16)
+    grammar.commit(head)  # '{"city":"'
+    paris = tokenizer.encode('Paris', add_special_tokens=False)
+    draft = grammar.fit(Draft.point_masses(paris))
+    extended = grammar.extend(draft, depth=len(paris) + 8, max_nodes=16)
+    assert extended.token_ids[: len(paris)] == paris
+    assert tokenizer.decode(extended.token_ids[len(paris):]) == '"}'
+    assert grammar.extend(draft, depth=len(paris), max_nodes=16) == draft  # no room
+    assert grammar.forced(4) == []  # the matcher is back where it was
