@@ -251,18 +251,21 @@ def sample_outputs(tiny: TargetModel, compiler: GrammarCompiler, name: str, gene
 
 
 def sample_with_rules(tiny_vocab: int, compiler: GrammarCompiler, name: str, generations: int, max_new_tokens: int) -> list[tuple[str, bool]]:
-    """(text, ended by EOS) of generations sampled at temperature 1 from the session rules' masked
-    p (OutputRules.probs, commit) over random logits: the grammar's validity without a model."""
-    gen = torch.Generator().manual_seed(0)
+    """(text, ended by EOS) of generations sampled at temperature 1 from random logits restricted
+    to the session rules' allowed tokens (OutputRules.processed_logits' mask, then commit): the
+    grammar's validity without a model. Random logits are drawn for the allowed tokens only: the
+    restricted, renormalized softmax depends on nothing else."""
+    rng = np.random.default_rng(0)
     outputs = []
     for _ in range(generations):
         rules = OutputRules(OutputOptions(constraint=CONSTRAINTS[name]), list(PROMPT), tiny_vocab, frozenset([2]), compiler)
         out: list[int] = []
         ended = False
         while len(out) < max_new_tokens:
-            logits = torch.randn((1, tiny_vocab), generator=gen) * 3
-            scores, allowed = rules.processed_logits(logits, EMPTY_TREE)
-            token = int(torch.multinomial(rules.probs(scores, allowed, SamplingParams())[0], 1, generator=gen))
+            _, allowed = rules.processed_logits(torch.zeros((1, tiny_vocab)), EMPTY_TREE)
+            ids = np.flatnonzero(allowed[0].numpy())
+            weights = np.exp(rng.normal(size=len(ids)) * 3)
+            token = int(rng.choice(ids, p=weights / weights.sum()))
             if token == 2:
                 ended = True
                 break
