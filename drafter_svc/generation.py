@@ -46,6 +46,7 @@ import grpc
 from drafter_svc.detokenizer import IncrementalDetokenizer
 from drafter_svc.draft_policy import LoadPrice, PolicyState, SessionPolicy
 from drafter_svc.draft_tree import cut, primary_path
+from drafter_svc.grammar_drafts import GrammarDrafts, compiler_for, graft
 from drafter_svc.drafter import HYBRID, MODEL_DRAFTERS, ROOT, Draft, DrafterModels, Feedback, make_drafter
 from drafter_svc.overlap import Prefetcher
 from drafter_svc.protocol import GenerationRequest, open_message, round_message
@@ -89,6 +90,7 @@ class Stats:
     drafted_by_position: list[int] = field(default_factory=list)
     accepted_by_position: list[int] = field(default_factory=list)
     q_bytes: int = 0
+    forced_tokens: int = 0
     started: float = field(default_factory=time.perf_counter)
 
     def count_round(self, draft: Draft, accepted: int) -> None:
@@ -132,6 +134,7 @@ class Stats:
             drafted_by_position=self.drafted_by_position,
             accepted_by_position=self.accepted_by_position,
             q_bytes=self.q_bytes,
+            forced_tokens=self.forced_tokens,
         )
 
 
@@ -200,6 +203,10 @@ async def generate(
     detokenizer = IncrementalDetokenizer(tokenizer.decode, request.prompt_token_ids)
     stopper = StopStringMatcher(request.stop)
     context = list(request.prompt_token_ids)
+    grammar = None  # under a constraint: the drafter's own matcher (grammar_drafts.py)
+    if request.constraint is not None:
+        compiler = compiler_for(tokenizer)
+        grammar = GrammarDrafts(compiler, compiler.matcher(request.constraint, "constraint"), info.eos_token_ids, request.seed)
     call = stub.Verify()
     try:
         await call.write(open_message(request))
@@ -207,32 +214,42 @@ async def generate(
             room = min(request.max_new_tokens - stats.generated_tokens, info.context_length - len(context))
             budget = min(request.num_draft_tokens, room - 1)
             started = time.perf_counter()
+            # Under a constraint the tokens the grammar forces come first, drafted for free; the
+            # drafter drafts after them (grammar_drafts.py).
+            forced = grammar.forced(budget) if grammar is not None else []
+            if forced:
+                ahead = None  # pre-drafted for the context without them
+            draft_context, budget, nodes = context + forced, budget - len(forced), request.max_tree_nodes - len(forced)
             full = draft = copy_draft = Draft.point_masses([])
             asked = False  # the drafter was asked for a draft (a model drafter may decline: draft_policy.py)
             copied = False  # a hybrid session sends its copy draft this round
             prefilling = long_prompt and stats.rounds == 0  # the model drafter may read the prompt meanwhile
             if budget > 0 and policy.may_draft() and copier is not None and ahead is None:
-                copy_draft = copier.propose(context, budget, request.max_tree_nodes)
+                copy_draft = copier.propose(draft_context, budget, nodes)
                 model_step = None if prefilling else drafter.step_seconds  # type: ignore[attr-defined]
-                catch_up = 0.0 if prefilling else drafter.catch_up_seconds(context)  # type: ignore[attr-defined]
+                catch_up = 0.0 if prefilling else drafter.catch_up_seconds(draft_context)  # type: ignore[attr-defined]
                 copied = policy.send_copy(
-                    copy_draft, budget, request.max_tree_nodes, model_step, catch_up, drafter.reads_prompt  # type: ignore[attr-defined]
+                    copy_draft, budget, nodes, model_step, catch_up, drafter.reads_prompt  # type: ignore[attr-defined]
                 )
             if copied:
                 full = copy_draft
-                draft = policy.choose(full, budget, request.max_tree_nodes, copied=True)
+                draft = policy.choose(full, budget, nodes, copied=True)
                 stats.copied_rounds += 1
             elif budget > 0 and policy.may_draft() and not prefilling:
                 asked = True
                 step_seconds = 0.0  # the drafting time this round pays, per chain token
                 if ahead is not None:  # drafted while the verifier worked
-                    full = cut(ahead, budget, request.max_tree_nodes)
+                    full = cut(ahead, budget, nodes)
                 elif model_drafter:
-                    full = await asyncio.to_thread(drafter.propose, context, budget, request.max_tree_nodes)
+                    full = await asyncio.to_thread(drafter.propose, draft_context, budget, nodes)
                     step_seconds = drafter.step_seconds  # type: ignore[attr-defined]
                 else:
-                    full = drafter.propose(context, budget, request.max_tree_nodes)
-                draft = policy.choose(full, budget, request.max_tree_nodes, step_seconds)
+                    full = drafter.propose(draft_context, budget, nodes)
+                draft = policy.choose(full, budget, nodes, step_seconds)
+            if grammar is not None:  # cut or redrawn where it leaves the grammar, then forced tokens after it
+                fitted = grammar.fit(graft(forced, draft))
+                draft = grammar.extend(fitted, budget + len(forced), request.max_tree_nodes)
+                stats.forced_tokens += len(forced) + len(draft) - len(fitted)
             stats.draft_seconds += time.perf_counter() - started
 
             started = time.perf_counter()
@@ -266,6 +283,8 @@ async def generate(
                 stats.time_to_first_token_seconds = time.perf_counter() - stats.started
             path = _accepted_path(draft, list(verdict.accepted_nodes))
             emitted = [*draft.path_tokens(path), verdict.next_token_id]
+            if grammar is not None:
+                grammar.commit(emitted)
             drafter.observe(Feedback(len(draft), path, list(verdict.acceptance_probs), emitted))
             policy.observe(
                 draft, list(verdict.acceptance_probs), verdict.verify_seconds, verdict.queued_rounds,
@@ -292,6 +311,7 @@ async def generate(
             if eos_at is not None:
                 emitted, finish = emitted[:eos_at], drafter_pb2.FINISH_REASON_EOS
             context += emitted
+            logprobs = verdict.logprobs[: len(emitted)]
             stats.generated_tokens += len(emitted)
             text, stopped = stopper.push(detokenizer.push(emitted))
             if stopped:
@@ -307,8 +327,8 @@ async def generate(
             if finish != drafter_pb2.FINISH_REASON_UNSPECIFIED:
                 await call.write(verifier_pb2.VerifyRequest(close=verifier_pb2.CloseSession()))
                 await call.done_writing()
-                yield drafter_pb2.GenerateResponse(text=text, token_ids=emitted, finish_reason=finish, stats=stats.to_proto())
+                yield drafter_pb2.GenerateResponse(text=text, token_ids=emitted, finish_reason=finish, stats=stats.to_proto(), logprobs=logprobs)
                 return
-            yield drafter_pb2.GenerateResponse(text=text, token_ids=emitted)
+            yield drafter_pb2.GenerateResponse(text=text, token_ids=emitted, logprobs=logprobs)
     finally:
         call.cancel()

@@ -12,6 +12,8 @@ from drafter_svc.drafter import DRAFTER_NAMES, MODEL_DRAFTERS, Draft
 from drafter_svc.settings import DrafterSettings
 from specdec.acceptance_params import AcceptanceParams, acceptance_from_proto, acceptance_to_proto
 from specdec.errors import InvalidArgument
+from specdec.output_constraint import OutputConstraint, constraint_from_proto, constraint_to_proto
+from specdec.penalties import Penalties, penalties_from_proto, penalties_to_proto, validate_top_logprobs
 from specdec.sampling_params import SamplingParams, sampling_from_proto, sampling_to_proto
 from specdec.tokenizer import Tokenizer
 from specdec.v1 import common_pb2, drafter_pb2, verifier_pb2
@@ -30,6 +32,10 @@ class GenerationRequest:
     acceptance: AcceptanceParams = AcceptanceParams()
     draft_policy: str = "fixed"  # one of draft_policy.POLICY_NAMES; num_draft_tokens is its longest
     overlap: bool = False  # draft the next round while the verifier checks this one
+    constraint: OutputConstraint | None = None  # compiled by the round loop (generation.py) and the verifier
+    penalties: Penalties = Penalties()
+    logprobs: bool = False  # return each token's logprob, with top_logprobs alternatives
+    top_logprobs: int = 0
 
 
 OVERLAP_MODES = ("on", "off", "greedy")
@@ -100,6 +106,11 @@ def request_from_proto(
     policy = msg.speculation.draft_policy or defaults.draft_policy
     if policy not in POLICY_NAMES:
         raise InvalidArgument("speculation.draft_policy", f"unknown draft policy {policy!r}; choose one of {', '.join(POLICY_NAMES)}")
+    penalties = penalties_from_proto(msg.penalties, "penalties")
+    penalties.validate("penalties", tokenizer.vocab_size)
+    validate_top_logprobs(msg.top_logprobs, "top_logprobs")
+    if msg.top_logprobs and not msg.logprobs:
+        raise InvalidArgument("top_logprobs", "needs logprobs set")
     if msg.speculation.HasField("overlap"):
         overlap = msg.speculation.overlap
     else:
@@ -116,6 +127,10 @@ def request_from_proto(
         acceptance=acceptance,
         draft_policy=policy,
         overlap=overlap,
+        constraint=constraint_from_proto(msg.constraint),
+        penalties=penalties,
+        logprobs=msg.logprobs,
+        top_logprobs=msg.top_logprobs,
     )
 
 
@@ -166,7 +181,9 @@ def open_message(request: GenerationRequest) -> verifier_pb2.VerifyRequest:
     sampling = sampling_to_proto(request.sampling, request.seed)
     return verifier_pb2.VerifyRequest(
         open=verifier_pb2.OpenSession(
-            prompt_token_ids=request.prompt_token_ids, sampling=sampling, acceptance=acceptance_to_proto(request.acceptance)
+            prompt_token_ids=request.prompt_token_ids, sampling=sampling, acceptance=acceptance_to_proto(request.acceptance),
+            constraint=constraint_to_proto(request.constraint), penalties=penalties_to_proto(request.penalties),
+            logprobs=request.logprobs, top_logprobs=request.top_logprobs,
         )
     )
 

@@ -176,6 +176,7 @@ class ResumingCall:
         opening.CopyFrom(self.open)
         del opening.prompt_token_ids[:]
         opening.prompt_token_ids.extend([*self.open.prompt_token_ids, *self.committed])
+        opening.generated_tokens = self.open.generated_tokens + len(self.committed)  # the constraint and penalties see them as output
         seed = self.open.sampling.seed if self.open.sampling.HasField("seed") else None
         opening.sampling.seed = resume_seed(seed, len(self.committed))
         return verifier_pb2.VerifyRequest(open=opening)

@@ -24,6 +24,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 def _generate(args: argparse.Namespace) -> int:
     from specdec.auth import load_token
     from specdec.client import Client
+    from specdec.penalties import Penalties
     from specdec.tls import channel_credentials
 
     credentials = channel_credentials(args.tls_ca_file, args.tls_cert_file, args.tls_key_file)
@@ -45,6 +46,10 @@ def _generate(args: argparse.Namespace) -> int:
                 acceptance=args.acceptance,
                 draft_policy=args.draft_policy,
                 overlap=args.overlap,
+                json_schema=_read_arg(args.json_schema),
+                regex=args.regex,
+                grammar=_read_arg(args.grammar),
+                penalties=Penalties(args.repetition_penalty, args.frequency_penalty, args.presence_penalty, min_tokens=args.min_tokens),
             ):
                 sys.stdout.write(chunk.text)
                 sys.stdout.flush()
@@ -62,6 +67,14 @@ def _generate(args: argparse.Namespace) -> int:
             print(f"\nerror: {error.code().name}: {error.details()}", file=sys.stderr)
             return 1
     return 0
+
+
+def _read_arg(value: str | None) -> str | None:
+    """A flag's value, or the contents of the file it names after '@'."""
+    if value is not None and value.startswith("@"):
+        with open(value[1:], encoding="utf-8") as f:
+            return f.read()
+    return value
 
 
 def _health(args: argparse.Namespace) -> int:
@@ -133,6 +146,14 @@ def _parser() -> argparse.ArgumentParser:
     gen.add_argument("--acceptance", default=None, metavar="RULE",
                      help="exact (default), or opt-in lossy lenient:L (L in (0, 1]) or mentored:D (KL budget D >= 0, "
                           "temperature > 0)")
+    constraint = gen.add_mutually_exclusive_group()
+    constraint.add_argument("--json-schema", default=None, help="constrain the output to this JSON Schema (JSON text, or @FILE)")
+    constraint.add_argument("--regex", default=None, help="constrain the output to match this regular expression")
+    constraint.add_argument("--grammar", default=None, help="constrain the output to this Lark/EBNF grammar (text, or @FILE)")
+    gen.add_argument("--repetition-penalty", type=float, default=1.0, help="transformers' repetition penalty (1: none)")
+    gen.add_argument("--frequency-penalty", type=float, default=0.0, help="OpenAI's frequency penalty, [-2, 2]")
+    gen.add_argument("--presence-penalty", type=float, default=0.0, help="OpenAI's presence penalty, [-2, 2]")
+    gen.add_argument("--min-tokens", type=int, default=0, help="no end of sequence before this many tokens")
     gen.add_argument("--tls-ca-file", default="", help="PEM CA to check the drafter with: use TLS")
     gen.add_argument(
         "--token-file", default=os.environ.get("SPECDEC_TOKEN_FILE", ""),

@@ -13,6 +13,8 @@ import grpc
 
 from specdec.acceptance_params import acceptance_to_proto, parse
 from specdec.auth import authorization_metadata
+from specdec.output_constraint import OutputConstraint, constraint_to_proto
+from specdec.penalties import Penalties, penalties_to_proto
 from specdec.v1 import common_pb2, drafter_pb2, drafter_pb2_grpc
 
 
@@ -47,6 +49,7 @@ class GenerationStats:
     accepted_by_position: tuple[int, ...] = ()  # per draft depth: rounds whose accepted path reached it
     q_bytes: int = 0  # serialized draft distributions sent to the verifier
     resumes: int = 0  # verifier sessions re-opened after a broken stream (output unaffected)
+    forced_tokens: int = 0  # drafted tokens the constraint's grammar forced
 
     @property
     def tokens_per_second(self) -> float:
@@ -69,6 +72,16 @@ class GenerationStats:
 
 
 @dataclass(frozen=True)
+class TokenLogprob:
+    """A generated token's log-probability under the target's own distribution (before
+    temperature, truncation, penalties and constraints) and the most likely alternatives there."""
+
+    token_id: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()  # (token id, logprob), most likely first
+
+
+@dataclass(frozen=True)
 class Chunk:
     """One streamed response: a text delta and its tokens; the last one has finish_reason and stats."""
 
@@ -76,6 +89,7 @@ class Chunk:
     token_ids: list[int]
     finish_reason: str | None = None
     stats: GenerationStats | None = None
+    logprobs: list[TokenLogprob] = field(default_factory=list)  # one per token id, when asked
 
 
 @dataclass(frozen=True)
@@ -84,6 +98,7 @@ class GenerationResult:
     token_ids: list[int]
     finish_reason: str
     stats: GenerationStats = field(default_factory=GenerationStats)
+    logprobs: list[TokenLogprob] = field(default_factory=list)
 
 
 def build_request(
@@ -103,12 +118,20 @@ def build_request(
     acceptance: str | None = None,
     draft_policy: str = "",
     overlap: bool | None = None,
+    json_schema: str | None = None,
+    regex: str | None = None,
+    grammar: str | None = None,
+    logprobs: bool = False,
+    top_logprobs: int = 0,
+    penalties: Penalties | None = None,
 ) -> drafter_pb2.GenerateRequest:
     """Exactly one of prompt (plain text), messages (chat) or token_ids.
 
     acceptance: "exact" (None: the default), or an opt-in lossy rule "lenient:L" (L in (0, 1]:
     no token more than 1/L times as likely as under the target) or "mentored:D" (KL budget
     D >= 0 per token; temperature > 0 only). The servers validate it (INVALID_ARGUMENT).
+    At most one of json_schema (JSON text), regex or grammar (Lark/EBNF) constrains the output;
+    logprobs (with top_logprobs in [0, 20] alternatives) returns each token's logprob.
     """
     if sum(x is not None for x in (prompt, messages, token_ids)) != 1:
         raise ValueError("give exactly one of prompt, messages or token_ids")
@@ -134,6 +157,15 @@ def build_request(
         request.acceptance.CopyFrom(acceptance_to_proto(parse(acceptance)))
     if overlap is not None:
         request.speculation.overlap = overlap
+    constraints = [OutputConstraint(k, v) for k, v in (("json_schema", json_schema), ("regex", regex), ("grammar", grammar)) if v is not None]
+    if len(constraints) > 1:
+        raise ValueError("give at most one of json_schema, regex or grammar")
+    if constraints:
+        request.constraint.CopyFrom(constraint_to_proto(constraints[0]))
+    request.logprobs = logprobs
+    request.top_logprobs = top_logprobs
+    if penalties is not None:
+        request.penalties.CopyFrom(penalties_to_proto(penalties))
     return request
 
 
@@ -144,6 +176,7 @@ def chunk_from_proto(msg: drafter_pb2.GenerateResponse) -> Chunk:
         token_ids=list(msg.token_ids),
         finish_reason=drafter_pb2.FinishReason.Name(msg.finish_reason).removeprefix("FINISH_REASON_").lower() if final else None,
         stats=GenerationStats.from_proto(msg.stats) if final else None,
+        logprobs=[TokenLogprob(lp.token_id, lp.logprob, tuple(zip(lp.top_token_ids, lp.top_logprobs))) for lp in msg.logprobs],
     )
 
 
@@ -154,6 +187,7 @@ def collect(chunks: Sequence[Chunk]) -> GenerationResult:
         token_ids=[t for c in chunks for t in c.token_ids],
         finish_reason=last.finish_reason or "",
         stats=last.stats or GenerationStats(),
+        logprobs=[lp for c in chunks for lp in c.logprobs],
     )
 
 

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 
 # The top-level modules each extra's distributions provide (tests/drafter_svc/test_torch_free.py
 # checks these against pyproject.toml, so neither can drift from the other).
-SERVE_MODULES: tuple[str, ...] = ("grpc_reflection", "prometheus_client", "numpy", "tokenizers", "jinja2")
+SERVE_MODULES: tuple[str, ...] = ("grpc_reflection", "prometheus_client", "numpy", "tokenizers", "jinja2", "llguidance")
 EXTRA_MODULES: dict[str, tuple[str, ...]] = {
     "serve": SERVE_MODULES,
     "drafter": (*SERVE_MODULES, "kubernetes", "onnxruntime"),

@@ -39,6 +39,10 @@ class Tokenizer:
         self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)
         self.fingerprint = _fingerprint(self._tok)
 
+    def to_json(self) -> str:
+        """The tokenizer as tokenizer.json text (what llguidance builds its token trie from)."""
+        return self._tok.to_str()
+
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         return self._tok.encode(text, add_special_tokens=add_special_tokens).ids
 

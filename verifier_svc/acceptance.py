@@ -16,13 +16,16 @@ exponential race (verify_coupled: a seeded session's output independent of the d
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Protocol
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
 from verifier_svc.sampling import greedy_tokens
 from verifier_svc.token_tree import ROOT, TokenTree
+
+if TYPE_CHECKING:
+    from verifier_svc.logprobs import TokenLogprob
 
 # Below float32's resolution of 1.0 a residual max(p - q, 0) is rounding noise, not a
 # distribution: it is that small only when p == q up to rounding, where rejection has
@@ -74,6 +77,8 @@ class RoundVerdict:
     # node's path (not the residual left by siblings tried before it); greedy: 1.0 where x is
     # the argmax there, else 0.0; the exponential race: race_agreement.
     acceptance_probs: torch.Tensor
+    # The emitted tokens' logprobs (logprobs.py), where the session asks for them.
+    logprobs: list[TokenLogprob] = field(default_factory=list)
 
     @property
     def num_accepted(self) -> int:

@@ -11,11 +11,15 @@ import grpc
 
 from specdec.acceptance_params import acceptance_from_proto
 from specdec.errors import FailedPrecondition, InvalidArgument, SpecdecError, Unavailable
+from specdec.grammar import GrammarCompiler
+from specdec.output_constraint import constraint_from_proto
+from specdec.penalties import penalties_from_proto
 from specdec.sampling_params import sampling_from_proto
 from specdec.tokenizer import Tokenizer
-from specdec.v1 import verifier_pb2, verifier_pb2_grpc
+from specdec.v1 import common_pb2, verifier_pb2, verifier_pb2_grpc
 from verifier_svc.acceptance import RoundVerdict
 from verifier_svc.kv_cache import kv_bytes_per_token
+from verifier_svc.output_rules import OutputOptions
 from verifier_svc.prefix_cache import PrefixCache
 from verifier_svc.scheduler import PassRecord, Scheduler
 from verifier_svc.session import Limits, RoundInput, Session, SessionTable
@@ -43,6 +47,16 @@ def round_from_proto(msg: verifier_pb2.Round) -> RoundInput:
     )
 
 
+def output_from_proto(msg: verifier_pb2.OpenSession) -> OutputOptions:
+    return OutputOptions(
+        constraint=constraint_from_proto(msg.constraint),
+        penalties=penalties_from_proto(msg.penalties, "open.penalties"),
+        logprobs=msg.logprobs,
+        top_logprobs=msg.top_logprobs,
+        generated_tokens=msg.generated_tokens,
+    )
+
+
 def verdict_to_proto(
     verdict: RoundVerdict, seconds: float, queued_rounds: int = 0, open_sessions: int = 0, record: PassRecord | None = None
 ) -> verifier_pb2.VerifyResponse:
@@ -59,6 +73,10 @@ def verdict_to_proto(
         acceptance_probs=verdict.acceptance_probs.tolist(),
         verify_seconds=seconds,
         accepted_nodes=verdict.accepted_nodes,
+        logprobs=[
+            common_pb2.TokenLogprob(token_id=lp.token_id, logprob=lp.logprob, top_token_ids=lp.top_token_ids, top_logprobs=lp.top_logprobs)
+            for lp in verdict.logprobs
+        ],
     )
 
 
@@ -96,6 +114,7 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServicer):
         self.requested_context_length = context_length
         self.rounds_in_flight = 0  # rounds waiting for or in a target pass (the load we report)
         self.target: TargetModel | None = None
+        self.compiler: GrammarCompiler | None = None  # compiles constraints for the served tokenizer
         self.info: verifier_pb2.ModelInfo | None = None
 
     def set_ready(self, target: TargetModel, tokenizer: Tokenizer) -> None:
@@ -116,6 +135,8 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServicer):
         )
         if self.batching.max_kv_bytes:
             self.sessions.max_kv_tokens = self.batching.max_kv_bytes // kv_bytes_per_token(target.model.config, target.dtype)
+        self.compiler = GrammarCompiler(tokenizer.to_json(), tokenizer.eos_token_ids, target.vocab_size)
+        self.eos_token_ids = frozenset(tokenizer.eos_token_ids)
         self.target = target
 
     def _on_pass(self, record: PassRecord) -> None:
@@ -165,7 +186,10 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServicer):
                     reserved = True
                     sampling, seed = sampling_from_proto(request.open.sampling)
                     acceptance = acceptance_from_proto(request.open.acceptance)
-                    session = Session(target, list(request.open.prompt_token_ids), sampling, seed, self.limits, acceptance, self.prefix_cache)
+                    session = Session(
+                        target, list(request.open.prompt_token_ids), sampling, seed, self.limits, acceptance, self.prefix_cache,
+                        output_from_proto(request.open), self.compiler, self.eos_token_ids,
+                    )
                     self.sessions.add(session)
                 elif kind == "round":
                     if session is None:

@@ -3,7 +3,9 @@
 Each round is ONE target pass over the tokens not yet cached (the last committed token, or the
 whole prompt on the first round) plus the round's token tree; the exact rule (acceptance.py)
 then walks the tree, and the cache keeps only the committed prefix and the accepted path. A
-session may opt into a lossy rule instead (lossy_acceptance.py: lenient or mentored).
+session may opt into a lossy rule instead (lossy_acceptance.py: lenient or mentored). The rule
+runs on the target's logits after the session's output rules (output_rules.py: a constraint's
+masks and penalties, every tree node from its own path).
 """
 
 from __future__ import annotations
@@ -16,12 +18,13 @@ import torch
 
 from specdec.acceptance_params import AcceptanceParams
 from specdec.errors import FailedPrecondition, InvalidArgument, ResourceExhausted
+from specdec.grammar import GrammarCompiler
 from specdec.sampling_params import SamplingParams
 from specdec.coupled_sampling import RaceNoise, race_seed
 from verifier_svc.acceptance import RoundVerdict, verify_coupled, verify_greedy, verify_speculative
 from verifier_svc.lossy_acceptance import make_rule, verify_greedy_lenient
+from verifier_svc.output_rules import OutputOptions, OutputRules
 from verifier_svc.prefix_cache import PrefixCache
-from verifier_svc.sampling import standardize
 from verifier_svc.target_model import TargetModel
 from verifier_svc.token_tree import ROOT, TokenTree, build_tree
 
@@ -65,6 +68,9 @@ class Session:
         limits: Limits,
         acceptance: AcceptanceParams = AcceptanceParams(),
         prefix_cache: PrefixCache | None = None,
+        output: OutputOptions = OutputOptions(),
+        compiler: GrammarCompiler | None = None,
+        eos_token_ids: frozenset[int] = frozenset(),
     ) -> None:
         if not prompt:
             raise InvalidArgument("open.prompt_token_ids", "must not be empty")
@@ -82,6 +88,9 @@ class Session:
         self.limits = limits
         self.sampling = sampling
         self.tokens = list(prompt)
+        # The constraint, penalties and logprob requests (output_rules.py); compiled here, on the
+        # event loop's thread: a grammar compiles in about a millisecond, once per distinct one.
+        self.output = OutputRules(output, self.tokens, target.vocab_size, eos_token_ids, compiler)
         self.cache = target.new_cache()
         # The first round's pass covers the prompt beyond the longest stored prefix, then offers it.
         # The prefix is copied into the cache by the first prepare(), on the target's thread.
@@ -137,7 +146,12 @@ class Session:
         path and the next token, the cache keeps the committed prefix and the accepted path. After
         the first round the prompt (but its last token) is offered to the prefix cache."""
         verdict = self._accept(logits, prepared)
-        self.tokens += [prepared.round.tokens[i] for i in verdict.accepted_nodes] + [verdict.next_token]
+        emitted = [prepared.round.tokens[i] for i in verdict.accepted_nodes] + [verdict.next_token]
+        if self.output.options.logprobs:
+            rows = [0, *(i + 1 for i in verdict.accepted_nodes)]
+            verdict = replace(verdict, logprobs=self.output.logprobs(logits, rows, emitted))
+        self.output.commit(emitted)
+        self.tokens += emitted
         committed = prepared.start + len(prepared.pending)
         self.cache.keep(committed, verdict.accepted_nodes)
         if not self._prompt_offered and self.prefix_cache is not None:
@@ -149,14 +163,16 @@ class Session:
         """The acceptance rule: the greedy walk (lenient if asked), or speculative sampling over
         the tree with the session's rule (exact, lenient or mentored)."""
         tree, q_ids, q_probs = prepared.tree, prepared.q_ids, prepared.q_probs
+        # Penalties and the constraint's masks, every row from its own path (output_rules.py).
+        scores, allowed = self.output.processed_logits(logits, tree) if self.output.shapes_logits else (logits, None)
         if self.sampling.greedy and self.acceptance.rule == "lenient":
-            verdict = verify_greedy_lenient(logits, tree, self.acceptance.parameter)
+            verdict = verify_greedy_lenient(self.output.greedy_logits(scores, allowed), tree, self.acceptance.parameter)
         elif self.sampling.greedy:
-            verdict = verify_greedy(logits, tree)
+            verdict = verify_greedy(self.output.greedy_logits(scores, allowed), tree)
         elif self.race is not None:
-            verdict = verify_coupled(standardize(logits, self.sampling), tree, q_ids, q_probs, self._race_exps(self.race, tree))
+            verdict = verify_coupled(self.output.probs(scores, allowed, self.sampling), tree, q_ids, q_probs, self._race_exps(self.race, tree))
         else:
-            verdict = verify_speculative(standardize(logits, self.sampling), tree, q_ids, q_probs, self.generator, self.rule)
+            verdict = verify_speculative(self.output.probs(scores, allowed, self.sampling), tree, q_ids, q_probs, self.generator, self.rule)
         return verdict
 
     def _race_exps(self, race: RaceNoise, tree: TokenTree) -> torch.Tensor:

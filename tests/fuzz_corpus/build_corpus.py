@@ -71,6 +71,18 @@ GENERATE: dict[str, bytes] = {
     "empty_stop_string": hi(stop=["ok", ""]),
     "valid_unknown_fields": hi() + b"\xb8\x3e\x01" + b"\xc2\x3e\x03abc",
     "valid_top_k_int32_max_seed_uint64_max": hi(sampling=common_pb2.SamplingParams(temperature=1.0, top_k=2**31 - 1, seed=2**64 - 1)),
+    "json_schema_malformed": hi(constraint=common_pb2.OutputConstraint(json_schema='{"type": ')),
+    "json_schema_deep_nesting": hi(constraint=common_pb2.OutputConstraint(json_schema='{"items": ' * 2000 + "{}" + "}" * 2000)),
+    "regex_look_behind": hi(constraint=common_pb2.OutputConstraint(regex="(?<=a)b")),
+    "regex_huge_alternation": hi(constraint=common_pb2.OutputConstraint(regex="(" + "|".join(f"w{i}" for i in range(30000)) + ")")),
+    "grammar_undefined_rule": hi(constraint=common_pb2.OutputConstraint(grammar="start: foo")),
+    "top_logprobs_int32_max": hi(logprobs=True, top_logprobs=2**31 - 1),
+    "repetition_penalty_nan": hi(penalties=common_pb2.Penalties(repetition_penalty=float("nan"))),
+    "frequency_penalty_inf": hi(penalties=common_pb2.Penalties(frequency_penalty=float("inf"))),
+    "logit_bias_id_int32_max": hi(penalties=common_pb2.Penalties(logit_bias_token_ids=[2**31 - 1], logit_bias_values=[1.0])),
+    "logit_bias_unpaired": hi(penalties=common_pb2.Penalties(logit_bias_token_ids=[5, 6], logit_bias_values=[1.0])),
+    "banned_token_negative": hi(penalties=common_pb2.Penalties(banned_token_ids=[-7])),
+    "valid_constrained_logprobs": hi(constraint=common_pb2.OutputConstraint(regex="[a-z]{1,3}"), logprobs=True, top_logprobs=20),
     "valid_nul_text_many_stops": gen(text="\x00" * 16, max_new_tokens=2, stop=[chr(0x10FFFF) * 3] * 200),
 }
 
@@ -96,6 +108,13 @@ VERIFY: dict[str, list[bytes]] = {
     "valid_q_10k_ids": [opening(temperature=1.0).SerializeToString(), round_((-1, 5, q(*range(10_000)))).SerializeToString()],
     "q_probs_without_ids": [opening(temperature=1.0).SerializeToString(), round_((-1, 5, q(probs=[1.0]))).SerializeToString()],
     "draft_token_negative": [opening().SerializeToString(), points([-1], [-5]).SerializeToString()],
+    "constraint_malformed_schema": [verifier_pb2.VerifyRequest(open=verifier_pb2.OpenSession(
+        prompt_token_ids=[1, 2, 3], constraint=common_pb2.OutputConstraint(json_schema="{\"type\": 7}"))).SerializeToString()],
+    "generated_tokens_int32_min": [verifier_pb2.VerifyRequest(open=verifier_pb2.OpenSession(
+        prompt_token_ids=[1, 2, 3], generated_tokens=-(2**31))).SerializeToString()],
+    "valid_constrained_round": [verifier_pb2.VerifyRequest(open=verifier_pb2.OpenSession(
+        prompt_token_ids=[1, 2, 3], constraint=common_pb2.OutputConstraint(regex="[0-9]+"), logprobs=True, top_logprobs=3)).SerializeToString(),
+        points([-1, 0], [33, 34]).SerializeToString(), CLOSE.SerializeToString()],
     "valid_wide_tree_uint64_seed": [opening(temperature=1.0, top_k=2**31 - 1, seed=2**64 - 1).SerializeToString(),
                                     points([-1] * 8, list(range(100, 108))).SerializeToString(), CLOSE.SerializeToString()],
 }

@@ -9,6 +9,7 @@ import grpc
 import pytest
 
 from specdec.client import Client
+from specdec.penalties import Penalties
 from specdec.v1 import common_pb2, verifier_pb2, verifier_pb2_grpc
 
 PROMPT = "Write a numbered list of ten fruits."
@@ -32,6 +33,16 @@ DRAFTER_CASES = [
     ("token id >= vocab", dict(token_ids=[1, 2, 49152]), Code.INVALID_ARGUMENT, "token_ids.ids"),
     ("negative token id", dict(token_ids=[1, -2]), Code.INVALID_ARGUMENT, "token_ids.ids"),
     ("empty stop string", dict(prompt="hi", stop=[""]), Code.INVALID_ARGUMENT, "stop"),
+    ("malformed JSON Schema", dict(prompt="hi", json_schema='{"type": "object"'), Code.INVALID_ARGUMENT, "constraint.json_schema"),
+    ("schema of an unknown type", dict(prompt="hi", json_schema='{"type": "objekt"}'), Code.INVALID_ARGUMENT, "constraint.json_schema"),
+    ("unsupported regex look-ahead", dict(prompt="hi", regex="a(?=b)"), Code.INVALID_ARGUMENT, "constraint.regex"),
+    ("grammar with an undefined rule", dict(prompt="hi", grammar="start: foo"), Code.INVALID_ARGUMENT, "constraint.grammar"),
+    ("top_logprobs over 20", dict(prompt="hi", logprobs=True, top_logprobs=21), Code.INVALID_ARGUMENT, "top_logprobs"),
+    ("top_logprobs < 0", dict(prompt="hi", logprobs=True, top_logprobs=-1), Code.INVALID_ARGUMENT, "top_logprobs"),
+    ("repetition_penalty 0", dict(prompt="hi", penalties=Penalties(repetition_penalty=0.0)), Code.INVALID_ARGUMENT, "penalties.repetition_penalty"),
+    ("frequency_penalty over 2", dict(prompt="hi", penalties=Penalties(frequency_penalty=2.5)), Code.INVALID_ARGUMENT, "penalties.frequency_penalty"),
+    ("logit_bias id outside vocab", dict(prompt="hi", penalties=Penalties(logit_bias=((49152, 1.0),))), Code.INVALID_ARGUMENT,
+     "penalties.logit_bias_token_ids"),
 ]
 
 
@@ -41,6 +52,11 @@ def _q(ids: list[int], probs: list[float]) -> common_pb2.SparseDistribution:
 
 def _open(prompt: list[int] = [1, 2, 3]) -> verifier_pb2.VerifyRequest:  # noqa: B006
     return verifier_pb2.VerifyRequest(open=verifier_pb2.OpenSession(prompt_token_ids=prompt, sampling=common_pb2.SamplingParams(temperature=0.7)))
+
+
+def _open_with(**fields) -> verifier_pb2.VerifyRequest:  # type: ignore[no-untyped-def]
+    """An opening of a valid prompt with extra OpenSession fields."""
+    return verifier_pb2.VerifyRequest(open=verifier_pb2.OpenSession(prompt_token_ids=[1, 2, 3], **fields))
 
 
 def _round(*drafts: tuple[int, common_pb2.SparseDistribution], parents: list[int] | None = None) -> verifier_pb2.VerifyRequest:
@@ -78,6 +94,18 @@ VERIFIER_CASES = [
     ("round after close", [_open(), _round(), CLOSE, _round()], Code.FAILED_PRECONDITION, "round"),
     ("second open", [_open(), _open()], Code.FAILED_PRECONDITION, "open"),
     ("empty message", [verifier_pb2.VerifyRequest()], Code.INVALID_ARGUMENT, "kind"),
+    ("malformed JSON Schema", [_open_with(constraint=common_pb2.OutputConstraint(json_schema="{"))], Code.INVALID_ARGUMENT,
+     "open.constraint.json_schema"),
+    ("unsupported regex", [_open_with(constraint=common_pb2.OutputConstraint(regex="(?<=a)b"))], Code.INVALID_ARGUMENT,
+     "open.constraint.regex"),
+    ("grammar too big", [_open_with(constraint=common_pb2.OutputConstraint(regex="(" + "|".join(f"w{i:05d}x" for i in range(20000)) + ")"))],
+     Code.RESOURCE_EXHAUSTED, "open.constraint.regex"),
+    ("top_logprobs over 20", [_open_with(logprobs=True, top_logprobs=99)], Code.INVALID_ARGUMENT, "open.top_logprobs"),
+    ("presence_penalty nan", [_open_with(penalties=common_pb2.Penalties(presence_penalty=float("nan")))], Code.INVALID_ARGUMENT,
+     "open.penalties.presence_penalty"),
+    ("logit_bias id outside vocab", [_open_with(penalties=common_pb2.Penalties(logit_bias_token_ids=[-1], logit_bias_values=[1.0]))],
+     Code.INVALID_ARGUMENT, "open.penalties.logit_bias_token_ids"),
+    ("generated tokens past the prompt", [_open_with(generated_tokens=3)], Code.INVALID_ARGUMENT, "open.generated_tokens"),
 ]
 
 
