@@ -56,13 +56,25 @@ class OutputRules:
             generated = tokens[len(tokens) - options.generated_tokens :]
             if generated and self.matcher.try_consume_tokens(generated) != len(generated):
                 raise InvalidArgument("open.prompt_token_ids", "the generated tokens do not follow the constraint")
-        generated = tokens[len(tokens) - options.generated_tokens :]
-        self.generated = len(generated)
-        self.seen = torch.zeros(vocab_size, dtype=torch.bool)
-        self.seen[torch.tensor(tokens, dtype=torch.long)] = True
-        self.counts = torch.zeros(vocab_size, dtype=torch.float32)
-        if generated:
-            self.counts.index_add_(0, torch.tensor(generated, dtype=torch.long), torch.ones(len(generated)))
+        self.generated = options.generated_tokens
+        # The committed tokens, the last `generated` of them generated. Their penalty tensors are
+        # built at the first penalized round, on the pass thread: a session opens on the event
+        # loop's thread, where tensor work would start a second team of torch threads that spins
+        # beside the passes' (docs/design/one-model-thread.md).
+        self.history = list(tokens)
+        self._seen: torch.Tensor | None = None  # [vocab] bool: in the prompt or generated
+        self._counts: torch.Tensor | None = None  # [vocab] float32: times generated
+
+    def _penalty_state(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(seen [vocab] bool, counts [vocab] float32) of the committed tokens, built once."""
+        if self._seen is None or self._counts is None:
+            ids = torch.tensor(self.history, dtype=torch.long)
+            self._seen = torch.zeros(self.vocab_size, dtype=torch.bool)
+            self._seen[ids] = True
+            generated = ids[len(ids) - self.generated :] if self.generated else ids[:0]
+            self._counts = torch.zeros(self.vocab_size, dtype=torch.float32)
+            self._counts.index_add_(0, generated, torch.ones(len(generated)))
+        return self._seen, self._counts
 
     @property
     def shapes_logits(self) -> bool:
@@ -74,7 +86,8 @@ class OutputRules:
         the allowed mask [n+1, vocab] or None without a constraint)."""
         scores = logits.float()
         if self.options.penalties.active:
-            scores = penalized_logits(scores, tree, self.options.penalties, self.seen, self.counts, self.generated, self.eos_token_ids)
+            seen, counts = self._penalty_state()
+            scores = penalized_logits(scores, tree, self.options.penalties, seen, counts, self.generated, self.eos_token_ids)
         if self.matcher is None:
             return scores, None
         assert self.compiler is not None
@@ -101,10 +114,12 @@ class OutputRules:
         """The round's emitted tokens join the generated ones; the matcher consumes them up to an EOS."""
         if not emitted:
             return
-        ids = torch.tensor(emitted, dtype=torch.long)
-        self.seen[ids] = True
-        self.counts.index_add_(0, ids, torch.ones(len(emitted)))
+        self.history += emitted
         self.generated += len(emitted)
+        if self._seen is not None and self._counts is not None:
+            ids = torch.tensor(emitted, dtype=torch.long)
+            self._seen[ids] = True
+            self._counts.index_add_(0, ids, torch.ones(len(emitted)))
         if self.matcher is not None:
             for token in emitted:
                 if token in self.eos_token_ids or self.matcher.is_stopped():
