@@ -18,6 +18,33 @@ from packaging.requirements import Requirement
 from specdec.extras import EXTRA_MODULES
 
 BLOCKED = ("torch", "transformers")
+
+
+def run_without_torch(body: str) -> subprocess.CompletedProcess:  # type: ignore[type-arg]
+    """Runs `body` (Python, dedented) in a fresh interpreter where importing torch or transformers
+    fails; asserts it exits 0 having loaded neither. Returns the run (its stdout ends "torch-free")."""
+    code = textwrap.dedent(
+        f"""
+        import importlib.abc, sys
+
+        class Block(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] in {BLOCKED!r}:
+                    raise ImportError("blocked in this test: " + name)
+
+        sys.meta_path.insert(0, Block())
+        """
+    ) + textwrap.dedent(body) + textwrap.dedent(
+        f"""
+        loaded = sorted(m for m in sys.modules if m.split(".")[0] in {BLOCKED!r})
+        assert not loaded, loaded
+        print("torch-free")
+        """
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.strip().endswith("torch-free")
+    return run
 MODEL_STACK = {"torch", "transformers", "safetensors", "gguf", "accelerate"}
 PROJECT = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())["project"]
 
@@ -86,16 +113,8 @@ def test_drafter_imports_without_torch_or_transformers(tokenizer) -> None:  # ty
     from specdec.model_files import tokenizer_dir
 
     folder = str(tokenizer_dir("default"))  # a prepared tokenizer folder, as baked into the image
-    code = textwrap.dedent(
+    run = run_without_torch(
         f"""
-        import importlib.abc, sys
-
-        class Block(importlib.abc.MetaPathFinder):
-            def find_spec(self, name, path=None, target=None):
-                if name.split(".")[0] in {BLOCKED!r}:
-                    raise ImportError("blocked in this test: " + name)
-
-        sys.meta_path.insert(0, Block())
         import drafter_svc.server, drafter_svc.k8s_discovery, drafter_svc.verifier_pool, specdec.cli, specdec.client
         import drafter_svc.onnx_drafter, drafter_svc.draft_sampling, onnxruntime  # the model drafters
         drafter_svc.k8s_discovery.KubernetesDiscovery("ns", "svc")  # the kubernetes client is importable
@@ -108,14 +127,8 @@ def test_drafter_imports_without_torch_or_transformers(tokenizer) -> None:  # ty
         except SystemExit as done:
             assert done.code == 0, done.code
         assert specdec.cli.main(["serve", "verifier", "--port", "0"]) == 2  # one line naming the extra
-        loaded = sorted(m for m in sys.modules if m.split(".")[0] in {BLOCKED!r})
-        assert not loaded, loaded
-        print("torch-free")
         """
     )
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert run.stdout.strip().endswith("torch-free")
     assert "--verifier-tls-ca-file" in run.stdout  # the help lists the settings the chart sets
     assert run.stderr.strip().splitlines()[-1] == (
         "specdec serve verifier needs the verifier extra (torch, transformers not installed): pip install 'specdec[verifier]'"
