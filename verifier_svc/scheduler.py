@@ -40,6 +40,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from specdec.errors import Unavailable
 from verifier_svc.acceptance import RoundVerdict
 from verifier_svc.batched_pass import PassInput, score_batch
 from verifier_svc.pass_packing import pack
@@ -124,17 +125,43 @@ class Scheduler:
 
     def call(self, fn: Callable[[], T]) -> Future[T]:
         """Run `fn` on the worker thread, between passes: whatever touches the model (loading it,
-        warming it up) runs there (module docstring)."""
+        warming it up) runs there (module docstring). Fails with Unavailable once stopped."""
         future: Future[T] = Future()
         with self._cond:
-            self._calls.append((fn, future))
-            self._cond.notify()
+            if self._stopped:
+                future.set_exception(_stopping())
+            else:
+                self._calls.append((fn, future))
+                self._cond.notify()
         return future
 
     def stop(self) -> None:
+        """Take no more work: rounds still waiting and calls not yet started fail with
+        Unavailable; a pass or call already running finishes (see close)."""
         with self._cond:
             self._stopped = True
+            waiting, calls = list(self._queue), list(self._calls)
+            self._queue.clear()
+            self._calls.clear()
             self._cond.notify()
+        for w in waiting:
+            _resolve(w, error=_stopping())
+        for _, future in calls:
+            if future.set_running_or_notify_cancel():
+                future.set_exception(_stopping())
+
+    def close(self, timeout: float) -> bool:
+        """Stop (see stop) and wait up to `timeout` seconds for the worker to finish the pass or
+        call it is running; True once the worker has ended.
+
+        A process must not end while the worker is inside torch: interpreter teardown ends a
+        daemon thread that wants the GIL back by unwinding its stack, and unwinding torch's C++
+        frames aborts the process ("terminate called without an active exception", SIGABRT)."""
+        self.stop()
+        if self._worker is None:
+            return True
+        self._worker.join(timeout)
+        return not self._worker.is_alive()
 
     async def verify(self, session: Session, round_: RoundInput) -> RoundVerdict:
         """Queue a round; resolves with its verdict once a pass has scored it."""
@@ -142,10 +169,13 @@ class Scheduler:
         return verdict
 
     async def verify_round(self, session: Session, round_: RoundInput) -> tuple[RoundVerdict, PassRecord]:
-        """Queue a round; resolves with its verdict and the record of the pass that scored it."""
+        """Queue a round; resolves with its verdict and the record of the pass that scored it.
+        Unavailable once stopped."""
         loop = asyncio.get_running_loop()
         waiting = _Waiting(session, round_, loop.create_future(), loop)
         with self._cond:
+            if self._stopped:
+                raise _stopping()
             verdict_at = self._verdict_at.pop(session, None)
             if verdict_at is not None:
                 self.turnarounds.observe(session, waiting.arrived - verdict_at)
@@ -161,7 +191,7 @@ class Scheduler:
             if self._stopped or not self._queue:
                 return []
             deadline = self._queue[0].arrived + self.max_wait_s
-            while len(self._queue) < self.open_sessions():
+            while len(self._queue) < self.open_sessions() and not self._stopped:
                 left = max(deadline, self._cohort_deadline() or 0.0) - time.perf_counter()
                 if left <= 0:
                     break
@@ -179,10 +209,14 @@ class Scheduler:
         out = [(at, self.turnarounds.expected(s)) for s, at in self._verdict_at.items() if not s.closed]
         return cohort_deadline(out, self.pass_time.fixed_seconds, self.max_wait_s)
 
+    def _next_call(self) -> tuple[Callable[[], Any], Future[Any]] | None:
+        with self._cond:
+            return self._calls.popleft() if self._calls and not self._stopped else None
+
     def _run(self) -> None:
         while not self._stopped:
-            while self._calls:
-                fn, future = self._calls.popleft()
+            while (call := self._next_call()) is not None:
+                fn, future = call
                 if future.set_running_or_notify_cancel():
                     try:
                         future.set_result(fn())
@@ -308,6 +342,10 @@ def _pending(w: _Waiting) -> int:
 def _cached(session: Session) -> int:
     """Entries in a session's cache (0 once it has ended and freed its cache)."""
     return session.cached_tokens() if session.cache is not None else 0
+
+
+def _stopping() -> Unavailable:
+    return Unavailable("", "the verifier is shutting down")
 
 
 def _resolve(w: _Waiting, result: tuple[RoundVerdict, PassRecord] | None = None, error: BaseException | None = None) -> None:

@@ -10,8 +10,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import os
 import sys
+import time
 from collections.abc import Sequence
+from typing import NoReturn
 
 import torch
 
@@ -28,6 +31,11 @@ from verifier_svc.settings import VerifierSettings
 from verifier_svc.target_model import TargetModel
 
 ENV_PREFIX = "SPECDEC_VERIFIER_"
+# At shutdown, how long the scheduler's thread may take to end: once the model is ready, the
+# pass in progress (a pass takes well under this); before, an idle thread (one loading the model
+# is left running and the process exits without it).
+PASS_WAIT_SECONDS = 5.0
+IDLE_WORKER_SECONDS = 2.0
 log = logging.getLogger(__name__)
 
 
@@ -83,16 +91,37 @@ async def run(config: VerifierSettings) -> None:
         servicer.set_ready(target, tokenizer)
         log.info("model %s ready (context %d)", target.name, servicer.limits.context_length)
 
-    await grpc_server.serve(
-        host=config.host,
-        port=config.port,
-        add_services=add_services,
-        warm_up=warm_up,
-        grace_seconds=config.grace_seconds,
-        credentials=tls.server_credentials(config.tls_cert_file, config.tls_key_file, config.tls_client_ca_file),
-        health_port=config.health_port,
-        options=grpc_server.message_size_options(config.max_message_bytes),
-    )
+    try:
+        await grpc_server.serve(
+            host=config.host,
+            port=config.port,
+            add_services=add_services,
+            warm_up=warm_up,
+            grace_seconds=config.grace_seconds,
+            credentials=tls.server_credentials(config.tls_cert_file, config.tls_key_file, config.tls_client_ca_file),
+            health_port=config.health_port,
+            options=grpc_server.message_size_options(config.max_message_bytes),
+        )
+    finally:
+        # The streams are done or cancelled, but the scheduler's thread may still be in a pass
+        # (of a cancelled stream's round) or loading the model: it must leave torch before the
+        # interpreter tears down (Scheduler.close). A pass is waited for; a load is not.
+        wait = PASS_WAIT_SECONDS if servicer.target is not None else IDLE_WORKER_SECONDS
+        started = time.perf_counter()
+        ended = await asyncio.to_thread(servicer.scheduler.close, wait)
+        log.info("target thread %s after %.2f s", "ended" if ended else "still running", time.perf_counter() - started)
+    if not ended:
+        _exit_now(f"the target thread is still {'in a pass' if servicer.target is not None else 'loading the model'}; exiting without it")
+
+
+def _exit_now(reason: str) -> NoReturn:
+    """End the process with status 0 without interpreter teardown, which would abort it while
+    a thread is inside torch (Scheduler.close)."""
+    log.warning("%s", reason)
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def option_error(config: VerifierSettings) -> str | None:

@@ -11,7 +11,7 @@ import time
 import pytest
 import torch
 
-from specdec.errors import FailedPrecondition, InvalidArgument
+from specdec.errors import FailedPrecondition, InvalidArgument, Unavailable
 from verifier_svc.acceptance import RoundVerdict
 from verifier_svc import scheduler as scheduler_module
 from verifier_svc.pass_time import PassTimeModel
@@ -335,3 +335,55 @@ def test_a_session_whose_drafts_are_rejected_loses_its_width_under_load() -> Non
     assert len(results[0][0].acceptance_probs) == 2
     assert len(results[-1][0].acceptance_probs) == 0
     assert s._rate(bad).alpha < 0.25 and s.acceptance.alpha < 0.5  # no labels once cut: it stays where it fell
+
+
+def test_close_waits_for_the_running_pass_and_refuses_the_rounds_still_waiting() -> None:
+    """On shutdown the worker leaves torch before the process ends (Scheduler.close): the pass
+    it is running finishes, rounds queued behind it fail with Unavailable, later ones too."""
+    in_pass, release = threading.Event(), threading.Event()
+
+    def slow_pass(session, prepared) -> None:  # type: ignore[no-untyped-def]
+        in_pass.set()
+        release.wait(5)
+
+    s = Scheduler(lambda: 1, 512, 0.0, before_pass=slow_pass)
+    s.start()
+
+    async def go() -> tuple[object, list, bool]:
+        running = asyncio.ensure_future(s.verify(FakeSession(), RoundInput.point_masses([1])))  # type: ignore[arg-type]
+        await asyncio.to_thread(in_pass.wait, 5)
+        queued = [asyncio.ensure_future(s.verify(FakeSession(), RoundInput.point_masses([t]))) for t in (2, 3)]  # type: ignore[arg-type]
+        await asyncio.sleep(0.05)
+        closing = asyncio.ensure_future(asyncio.to_thread(s.close, 5.0))
+        await asyncio.sleep(0.2)
+        assert not closing.done()  # the pass is still running
+        release.set()
+        ended = await closing
+        refused = await asyncio.gather(*queued, return_exceptions=True)
+        with pytest.raises(Unavailable):
+            await s.verify(FakeSession(), RoundInput.point_masses([4]))  # type: ignore[arg-type]
+        return await running, refused, ended
+
+    served, refused, ended = asyncio.run(go())
+    assert served == ("alone", [1]) and ended
+    assert all(isinstance(r, Unavailable) for r in refused)
+    assert s._worker is not None and not s._worker.is_alive()
+    with pytest.raises(Unavailable):
+        s.call(lambda: 1).result(1)
+
+
+def test_close_gives_up_after_its_timeout_on_a_call_that_runs_on() -> None:
+    release = threading.Event()
+    s = Scheduler(lambda: 1, 512, 0.0)
+    s.start()
+    loading = s.call(lambda: release.wait(5))  # a model load, say
+    waiting = s.call(lambda: 1)
+    time.sleep(0.1)
+    started = time.perf_counter()
+    assert not s.close(0.2)
+    assert 0.2 <= time.perf_counter() - started < 2
+    with pytest.raises(Unavailable):
+        waiting.result(1)
+    release.set()
+    assert loading.result(5) is True
+    assert s.close(5)
