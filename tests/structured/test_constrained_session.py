@@ -26,7 +26,8 @@ from tests.structured.reference import (
 from verifier_svc.acceptance import verify_speculative
 from verifier_svc.constraints import tree_masks
 from verifier_svc.output_rules import OutputOptions
-from verifier_svc.session import Limits, PreparedRound, RoundInput, Session
+from verifier_svc.round_input import Limits, PreparedRound, RoundInput
+from verifier_svc.session import Session
 from verifier_svc.target_model import TargetModel
 from verifier_svc.token_tree import ROOT, build_tree
 

@@ -31,7 +31,8 @@ from specdec.sampling_params import SamplingParams
 from tests.structured.reference import CONSTRAINTS, SCHEMAS, tiny_model
 from verifier_svc.batched_pass import PassInput, score_batch
 from verifier_svc.output_rules import OutputOptions
-from verifier_svc.session import Limits, RoundInput, Session
+from verifier_svc.round_input import Limits, RoundInput
+from verifier_svc.session import Session
 from verifier_svc.target_model import TargetModel
 
 EOS = 2
