@@ -134,6 +134,7 @@ def markdown(summary: dict) -> str:
 
 def main(argv: Sequence[str]) -> int:
     args = parse_args(argv)
+    machine = describe()  # before the run: its commit is the code that runs
     started = time.perf_counter()
     if args.address:
         with Client(args.address) as client:
@@ -142,7 +143,7 @@ def main(argv: Sequence[str]) -> int:
         with LocalCluster(Path(tempfile.mkdtemp(prefix="structured-bench-"))) as cluster, Client(cluster.address) as client:
             summary = run(client, args)
     summary["seconds"] = time.perf_counter() - started
-    summary["machine"] = describe()
+    summary["machine"] = machine
     args.out.mkdir(parents=True, exist_ok=True)
     stem = args.out / f"structured_bench-{datetime.now(timezone.utc).strftime('%Y%m%d-%H%M%S')}"
     stem.with_suffix(".json").write_text(json.dumps(summary, indent=2))
