@@ -118,7 +118,7 @@ def _verify(cluster, opening: verifier_pb2.OpenSession, rounds: list[list[tuple[
         return list(verifier_pb2_grpc.VerifierStub(channel).Verify(iter(requests)))
 
 
-def test_logprobs_of_accepted_recovered_and_bonus_tokens(cluster, reference_model, prompt_ids: list[int]) -> None:  # type: ignore[no-untyped-def]
+def test_logprobs_of_accepted_recovered_and_bonus_tokens(cluster, reference_model, prompt_ids: list[int], tokenizer) -> None:  # type: ignore[no-untyped-def]
     """A seeded session at temperature 1 under the JSON Schema emits the exponential race's tokens
     whatever is drafted (common.proto, SamplingParams.seed). A first session of plain rounds learns
     them; a second drafts them right (accepted, then a bonus token after a leaf) and wrong
@@ -129,7 +129,7 @@ def test_logprobs_of_accepted_recovered_and_bonus_tokens(cluster, reference_mode
         constraint=common_pb2.OutputConstraint(json_schema=json.dumps(SCHEMA)), logprobs=True, top_logprobs=5,
     )
     race = [r.next_token_id for r in _verify(cluster, opening, [[] for _ in range(16)])]
-    wrong = [t + 1 for t in race]  # never the race's token at that position
+    wrong = [t - 1 if t else 1 for t in race]  # never the race's token at that position
     rounds = [
         [(race[0], -1), (race[1], 0), (race[2], 1)],  # accepted x3, then race[3] bonus
         [(race[4], -1), (wrong[5], 0)],  # accepted, then race[5] recovered
@@ -137,6 +137,7 @@ def test_logprobs_of_accepted_recovered_and_bonus_tokens(cluster, reference_mode
         [(wrong[7], -1), (race[7], -1), (race[8], 1)],  # a tree: the right branch accepted x2, then race[9] bonus
         [(race[10], -1), (race[11], 0), (wrong[12], 1), (race[12], 1)],  # accepted x3 past a wrong sibling, race[13] bonus
     ]
+    assert not set(race[:14]) & set(tokenizer.eos_token_ids), "the rounds below need 14 tokens before the end"
     verdicts = _verify(cluster, opening, rounds)
     emitted: list[int] = []
     kinds: list[str] = []
