@@ -14,6 +14,7 @@ tiny and random-weight but has the default tokenizer's vocabulary (the masks dep
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from collections.abc import Iterator
@@ -42,6 +43,7 @@ MAX_NEW_TOKENS = 160
 BATCH = 100  # sessions per batched pass
 SAMPLED_DEPTH = 3  # sampled draft nodes per round, below the forced ones
 Q_SUPPORT = 6  # tokens in each sampled node's q: allowed ones and a disallowed one
+FULL_COUNT_ENV = "SPECDEC_VALIDITY_FULL"
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -192,7 +194,9 @@ def test_sampled_generations_are_valid(tiny: TargetModel, compiler: GrammarCompi
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get(FULL_COUNT_ENV), reason=f"{FULL_COUNT_ENV}=1 runs it (10-25 minutes on 2 cores)")
 @pytest.mark.parametrize("name", sorted(CONSTRAINTS))
 def test_a_thousand_sampled_generations_are_valid(tiny: TargetModel, compiler: GrammarCompiler, name: str) -> None:
-    """Issue 42's count: 1,000 seeded generations per constraint, 0 invalid, none cut short."""
+    """Issue 42's count: 1,000 seeded generations per constraint, 0 invalid, none cut short.
+    Longer than the whole suite's budget allows, so only where asked for."""
     check_generations(tiny, compiler, name, 1000)
