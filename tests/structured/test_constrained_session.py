@@ -2,16 +2,14 @@
 with the default tokenizer's vocabulary: masks at every tree node equal a fresh matcher's along
 that node's path; greedy output equals transformers' generate() with llguidance's mask as a
 logits processor (chains and trees, right and wrong drafts); the first emitted token at
-temperature 1 follows the masked target distribution (chi-square); sampled outputs are valid."""
+temperature 1 follows the masked target distribution (chi-square). Sampled outputs' validity:
+test_validity.py."""
 
 from __future__ import annotations
 
-import json
 import random
-import re
 from collections.abc import Iterator
 
-import jsonschema
 import numpy as np
 import pytest
 import torch
@@ -23,12 +21,13 @@ from specdec.output_constraint import OutputConstraint
 from specdec.penalties import Penalties
 from specdec.sampling_params import SamplingParams
 from tests.structured.reference import (
-    CONSTRAINTS, SCHEMAS, FrequencyPresenceProcessor, GrammarLogitsProcessor, masked_distribution, tiny_model,
+    CONSTRAINTS, FrequencyPresenceProcessor, GrammarLogitsProcessor, masked_distribution, tiny_model,
 )
 from verifier_svc.acceptance import verify_speculative
 from verifier_svc.constraints import tree_masks
-from verifier_svc.output_rules import OutputOptions, OutputRules
-from verifier_svc.session import Limits, PreparedRound, RoundInput, Session
+from verifier_svc.output_rules import OutputOptions
+from verifier_svc.round_input import Limits, PreparedRound, RoundInput
+from verifier_svc.session import Session
 from verifier_svc.target_model import TargetModel
 from verifier_svc.token_tree import ROOT, build_tree
 
@@ -226,76 +225,3 @@ def test_first_token_follows_the_masked_target_distribution(tiny: TargetModel, c
     counts, expected = first_token_counts(tiny, compiler, constraint, penalties, 2000)
     assert (expected > 0.01).sum() >= 3, "the test needs a constraint with several likely first tokens"
     assert chi_square_pvalue(counts, expected) > 1e-3
-
-
-def sample_outputs(tiny: TargetModel, compiler: GrammarCompiler, name: str, generations: int, max_new_tokens: int) -> list[tuple[str, bool]]:
-    """(text, ended by EOS) of seeded generations at temperature 1 through sessions, each round
-    drafting the grammar's forced tokens as a chain (as the drafter does) and a random sibling."""
-    outputs = []
-    rng = random.Random(11)
-    for seed in range(generations):
-        s = session(tiny, compiler, CONSTRAINTS[name], SamplingParams(), seed=seed)
-        out: list[int] = []
-        ended = False
-        while len(out) < max_new_tokens and not ended:
-            forced = s.output.matcher.compute_ff_tokens()[: LIMITS.max_draft_depth - 1]
-            tokens, parents = [*forced, rng.randrange(49152)], [*range(ROOT, len(forced) - 1), ROOT]
-            verdict = s.verify(RoundInput.point_masses(tokens, parents))
-            for t in [tokens[i] for i in verdict.accepted_nodes] + [verdict.next_token]:
-                if t == 2:
-                    ended = True
-                    break
-                out.append(t)
-        outputs.append((compiler.tokenizer.decode_str(out[:max_new_tokens]), ended))
-    return outputs
-
-
-def sample_with_rules(tiny_vocab: int, compiler: GrammarCompiler, name: str, generations: int, max_new_tokens: int) -> list[tuple[str, bool]]:
-    """(text, ended by EOS) of generations sampled at temperature 1 from random logits restricted
-    to the session rules' allowed tokens (OutputRules.processed_logits' mask, then commit): the
-    grammar's validity without a model. Random logits are drawn for the allowed tokens only: the
-    restricted, renormalized softmax depends on nothing else."""
-    rng = np.random.default_rng(0)
-    outputs = []
-    for _ in range(generations):
-        rules = OutputRules(OutputOptions(constraint=CONSTRAINTS[name]), list(PROMPT), tiny_vocab, frozenset([2]), compiler)
-        out: list[int] = []
-        ended = False
-        while len(out) < max_new_tokens:
-            _, allowed = rules.processed_logits(torch.zeros((1, tiny_vocab)), EMPTY_TREE)
-            ids = np.flatnonzero(allowed[0].numpy())
-            weights = np.exp(rng.normal(size=len(ids)) * 3)
-            token = int(rng.choice(ids, p=weights / weights.sum()))
-            if token == 2:
-                ended = True
-                break
-            rules.commit([token])
-            out.append(token)
-        outputs.append((compiler.tokenizer.decode_str(out), ended))
-    return outputs
-
-
-def check_valid(name: str, text: str) -> None:
-    if name in SCHEMAS:
-        jsonschema.validate(json.loads(text), SCHEMAS[name])
-    elif name == "date":
-        assert re.fullmatch(CONSTRAINTS["date"].text, text), text
-    else:
-        assert re.fullmatch(r"[0-9+\-()]+", text) and isinstance(eval(text), int), text  # noqa: S307 - digits, + - ( ) only
-
-
-@pytest.mark.parametrize("name", sorted(CONSTRAINTS))
-def test_sampled_outputs_through_sessions_are_valid(tiny: TargetModel, compiler: GrammarCompiler, name: str) -> None:
-    """Seeded generations at temperature 1 with forced-token drafts all parse, validate and end by EOS."""
-    for text, ended in sample_outputs(tiny, compiler, name, 8, 120):
-        assert ended, f"cut short: {text!r}"
-        check_valid(name, text)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(CONSTRAINTS))
-def test_a_thousand_sampled_outputs_are_valid(tiny: TargetModel, compiler: GrammarCompiler, name: str) -> None:
-    """1,000 generations per constraint at temperature 1 from the masked p: 0 invalid, none cut short."""
-    for text, ended in sample_with_rules(tiny.vocab_size, compiler, name, 1000, 120):
-        assert ended, f"cut short: {text!r}"
-        check_valid(name, text)

@@ -13,7 +13,8 @@ from specdec.penalties import Penalties
 from specdec.sampling_params import SamplingParams
 from tests.structured.reference import CONSTRAINTS, tiny_model
 from verifier_svc.output_rules import OutputOptions
-from verifier_svc.session import Limits, RoundInput, Session
+from verifier_svc.round_input import Limits, RoundInput
+from verifier_svc.session import Session
 from verifier_svc.target_model import TargetModel
 
 LIMITS = Limits(max_draft_tokens=16, max_draft_depth=8, context_length=512)
