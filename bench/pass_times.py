@@ -43,7 +43,7 @@ def targets_to_compare(compare: str) -> dict[str, TargetModel]:
     if compare == "layout":
         model = load_model(folder, "cpu", torch.float32)
         through_f_linear, weight_first = TargetModel(model, "F.linear"), TargetModel(model, "weight first")
-        through_f_linear.weight_first = False
+        through_f_linear.backend.weight_first = False
         return {"F.linear": through_f_linear, "weight first": weight_first}
     return {
         "sdpa": TargetModel(AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32, attn_implementation="sdpa").eval(), "sdpa"),

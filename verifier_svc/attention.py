@@ -10,7 +10,7 @@ caches and two drafted nodes takes 500 ms with `sdpa` and 162 ms with the heads 
 (transformers packs its query heads instead).
 
 `GROUPED_SDPA` is registered with transformers' AttentionInterface (and sdpa's mask builder);
-`attention_implementation` selects it on CPU for models whose class runs SDPA. Elsewhere (no mask,
+the CPU backend (backends/cpu.py) selects it for models whose class runs SDPA. Elsewhere (no mask,
 a single query token, or another device) it is transformers' own `sdpa_attention_forward`. A
 layer with an attention soft cap (Gemma 2/3's `attn_logit_softcapping`), which SDPA cannot
 apply, is computed as transformers' eager attention does: scores, soft cap, mask, softmax in
@@ -70,13 +70,11 @@ def softcapped_attention(
     return torch.matmul(weights, value).transpose(1, 2).contiguous(), None
 
 
-def attention_implementation(config: PretrainedConfig, device: torch.device) -> str:
-    """The attention a target on `device` loads with: GROUPED_SDPA on CPU and `sdpa` elsewhere
-    when the model's class runs SDPA, else `eager` (which every class has)."""
+def sdpa_or_eager(config: PretrainedConfig) -> str:
+    """`sdpa` when the model's class runs SDPA, else `eager` (which every class has). The device
+    backends (backends/) choose from it: GROUPED_SDPA in place of `sdpa` on CPU."""
     model_class = AutoModelForCausalLM._model_mapping.get(type(config), None)
-    if model_class is None or not getattr(model_class, "_supports_sdpa", False):
-        return "eager"
-    return GROUPED_SDPA if device.type == "cpu" else "sdpa"
+    return "sdpa" if model_class is not None and getattr(model_class, "_supports_sdpa", False) else "eager"
 
 
 AttentionInterface.register(GROUPED_SDPA, grouped_sdpa_attention)

@@ -21,7 +21,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig, PreTrainedModel
 
 from specdec.model_files import DEFAULT_MODEL, build_once, is_model_folder, not_a_source, prepared_dir, source_path, tokenizer_dir
-from verifier_svc.attention import attention_implementation
+from verifier_svc.backends import attention_for
 from verifier_svc.model_support import model_class_name, servable
 
 log = logging.getLogger(__name__)
@@ -123,11 +123,11 @@ def placement_error(device: str, device_map: str, cuda_devices: int) -> str | No
 
 
 def load_model(folder: Path, device: str, dtype: torch.dtype, device_map: str = "") -> PreTrainedModel:
-    """The model on `device` with the attention attention.attention_implementation picks for it
+    """The model on `device` with the attention its device backend picks for it (backends/:
     (on CPU grouped key/value heads read in place; `eager` for classes without SDPA), or spread by accelerate over the visible GPUs with `device_map` (DEVICE_MAPS).
     ModelNotServable if the checkpoint lacks weights the model needs or has some of other shapes."""
     config = AutoConfig.from_pretrained(str(folder))
-    attention = attention_implementation(config, torch.device(device))
+    attention = attention_for(config, device)
     placement = {"device_map": device_map} if device_map else {}
     model, info = AutoModelForCausalLM.from_pretrained(
         str(folder), config=config, dtype=dtype, attn_implementation=attention, output_loading_info=True, **placement

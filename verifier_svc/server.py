@@ -51,13 +51,13 @@ def load_target(config: VerifierSettings) -> tuple[TargetModel, Tokenizer]:
     warm = Session(target, tokenizer.encode("Hello"), SamplingParams(temperature=0.0), seed=0, limits=limits)
     for round_ in ([], [], [1, 2, 3], [1, 2, 3]):  # plain steps, then a small tree (two branches)
         warm.verify(RoundInput.point_masses(round_, [-1, 0, -1] if round_ else []))
-    if config.tune_pass_sizes and target.device.type == "cpu":
+    if config.tune_pass_sizes:
         seconds = target.tune_pass_sizes()
-        log.info(
-            "pass sizes: %s ms for 1..%d tokens (linear layers %s); passes padded to %s",
-            [round(1000 * t, 1) for t in seconds], len(seconds), "weight first" if target.weight_first else "through F.linear",
-            target.pass_tokens,
-        )
+        if seconds:
+            log.info(
+                "pass sizes on %s: %s ms for 1..%d tokens; passes padded to %s", target.backend.kind,
+                [round(1000 * t, 1) for t in seconds], len(seconds), target.pass_tokens,
+            )
     return target, tokenizer
 
 

@@ -4,38 +4,15 @@ session's cache: one pass, with the tree attention mask (SpecInfer; Stratos, sec
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Sequence
 
 import torch
-from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformers import PreTrainedModel
 
+from verifier_svc.backends import Backend, backend_for
 from verifier_svc.kv_cache import KVCache
 from verifier_svc.layer_masks import layer_windows, model_masks
-from verifier_svc.linear_layout import linear_switch
-from verifier_svc.pass_sizes import fastest_at_least
-from verifier_svc.token_tree import TokenTree, chain, tree_attention_mask, tree_position_ids
-
-# On CPU, F.linear runs matrix products with 2 or 3 rows 2-3x slower than with 4 (measured with
-# torch 2.13's MKL on a 2-core AMD EPYC: the model's linear layers take 10 ms for 1 row, 23 ms
-# for 2, 34 ms for 3, 17 ms for 4), so a target whose passes run through it (where
-# tune_pass_sizes timed it faster than weight first: linear_layout.py) pads a batched pass to
-# this many rows. Weight first, as a CPU target runs until tuned, nothing is padded.
-CPU_MIN_PASS_TOKENS = 4
-
-# On CUDA, the attention kernels a pass may use: not cuDNN's. With a mask in bfloat16, torch
-# 2.11 picks cuDNN's attention, which builds an execution plan for every new shape, and nearly
-# every pass has a new one (the key length grows each round; batches vary). Measured on an H100
-# (SmolLM2-135M, one-token rounds): 95 ms per round at new key lengths, 32 ms at lengths seen
-# before; without cuDNN (the memory-efficient kernel) 45 ms either way. float32 never used it.
-CUDA_ATTENTION_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
-
-
-def attention_kernels(device: torch.device) -> contextlib.AbstractContextManager:
-    """The context a target pass runs in: on CUDA, SDPA limited to CUDA_ATTENTION_BACKENDS.
-    torch's sdpa_kernel sets process-wide flags until the pass ends: passes run on one thread."""
-    return sdpa_kernel(CUDA_ATTENTION_BACKENDS) if device.type == "cuda" else contextlib.nullcontext()
+from verifier_svc.token_tree import TokenTree, tree_attention_mask, tree_position_ids
 
 
 class TargetModel:
@@ -54,10 +31,8 @@ class TargetModel:
         self.vocab_size: int = model.config.vocab_size
         self.context_length: int = model.config.max_position_embeddings
         self.layers = layer_windows(model.config)
-        # On CPU the linear layers of this model's passes run weight first (linear_layout.py)
-        # unless tune_pass_sizes timed F.linear faster; elsewhere they are left as they are.
-        self.linear_switch = linear_switch(model) if self.device.type == "cpu" else None
-        self.weight_first = self.linear_switch is not None
+        # What only this device kind needs (kernels, layouts, padding, tuning): backends/.
+        self.backend: Backend = backend_for(model)
         # pass_tokens[r - 1]: the tokens a lone pass of r real tokens runs with (padding the
         # rest); past its end, r itself.
         self.pass_tokens: list[int] = [1]
@@ -68,16 +43,12 @@ class TargetModel:
 
     @property
     def min_pass_tokens(self) -> int:
-        """The token rows a batched pass has at least: CPU_MIN_PASS_TOKENS through F.linear on CPU."""
-        return CPU_MIN_PASS_TOKENS if self.linear_switch is not None and not self.weight_first else 1
+        """The token rows a batched pass has at least (the backend's choice)."""
+        return self.backend.min_pass_tokens
 
     def kernels(self) -> contextlib.AbstractContextManager:
-        """The context every pass of this target runs in: its attention kernels and its linear layout."""
-        stack = contextlib.ExitStack()
-        stack.enter_context(attention_kernels(self.device))
-        if self.linear_switch is not None:
-            stack.enter_context(self.linear_switch.set(self.weight_first))
-        return stack
+        """The context every pass of this target runs in (the backend's kernels and layouts)."""
+        return self.backend.kernels()
 
     def new_cache(self) -> KVCache:
         return KVCache(self.model.config)
@@ -123,29 +94,8 @@ class TargetModel:
         return out.logits[0, : n + 1].float().cpu()  # the kept rows end with the padding
 
     def tune_pass_sizes(self, context_tokens: int = 128, max_tokens: int = 16, repeats: int = 3) -> list[float]:
-        """Time lone passes of 1..max_tokens tokens after a context of context_tokens (the
-        fastest of `repeats`, sizes and, on CPU, both linear layouts interleaved so that a burst
-        of contention hits them alike). Keep the layout whose passes, each padded to the fastest
-        size at or above it (pass_sizes.py), take less time summed over the sizes, and pad so
-        from now on; those padded seconds become pass_seconds. Returns the kept layout's seconds
-        measured, unpadded."""
-        layouts = [True, False] if self.linear_switch is not None else [self.weight_first]
-        self.pass_tokens = []  # time the sizes themselves, unpadded
-        best = {layout: [float("inf")] * max_tokens for layout in layouts}
-        cache = self.new_cache()
-        self.score(cache, [1] * context_tokens, chain([]))
-        for _ in range(repeats):
-            for size in range(1, max_tokens + 1):
-                for layout in layouts:
-                    self.weight_first = layout
-                    started = time.perf_counter()
-                    self.score(cache, [1], chain([1] * (size - 1)))
-                    best[layout][size - 1] = min(best[layout][size - 1], time.perf_counter() - started)
-                    cache.truncate(context_tokens)
-        sizes = {layout: fastest_at_least(best[layout]) for layout in layouts}
-        padded = {layout: [best[layout][size - 1] for size in sizes[layout]] for layout in layouts}
-        self.weight_first = min(layouts, key=lambda layout: sum(padded[layout]))
-        self.pass_tokens = sizes[self.weight_first]
-        self.pass_seconds = padded[self.weight_first]
-        self.pass_context_tokens = context_tokens
-        return best[self.weight_first]
+        """Time lone passes of 1..max_tokens tokens after context_tokens cached ones and pad
+        from now on as the backend decides (on CPU: backends/cpu_tuning.py), setting
+        pass_tokens, pass_seconds and pass_context_tokens. Returns the unpadded seconds of the
+        kept configuration (empty where the backend does not tune)."""
+        return self.backend.tune(self, context_tokens, max_tokens, repeats)

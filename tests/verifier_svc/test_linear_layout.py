@@ -54,8 +54,8 @@ def test_passes_in_either_layout_give_the_same_logits(reference_model, tokenizer
     results = []
     for weight_first in (True, False):
         target = TargetModel(reference_model, "layout")
-        assert target.weight_first  # the CPU default until tuned
-        target.weight_first = weight_first
+        assert target.backend.weight_first  # the CPU default until tuned
+        target.backend.weight_first = weight_first
         cache = target.new_cache()
         prefill = target.score(cache, prompt[:-1], chain([]))
         one = target.score(cache, prompt[-1:], chain([]))

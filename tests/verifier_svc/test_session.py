@@ -129,10 +129,10 @@ def test_padded_short_pass_scores_like_an_unpadded_one(target: TargetModel, toke
     """A 2- and a 3-token pass padded to 4, as F.linear's layout pads them on CPU (target_model.py)."""
     prompt = tokenizer.encode("Speculative decoding is")
     padded = TargetModel(target.model, "padded")
-    padded.weight_first = False
+    padded.backend.weight_first = False
     padded.pass_tokens = [1, 4, 4, 4]
     unpadded = TargetModel(target.model, "unpadded")
-    unpadded.weight_first = False
+    unpadded.backend.weight_first = False
     results = []
     for model in (padded, unpadded):
         cache = model.new_cache()
@@ -177,7 +177,7 @@ def test_tuning_times_every_size_and_keeps_plain_decoding_unpadded(target: Targe
     # What each pass now costs, padded as it runs, is what the verifier tells drafters (ModelInfo).
     assert tuned.pass_seconds == [seconds[s - 1] for s in tuned.pass_tokens] and tuned.pass_context_tokens == 32
     # On CPU it timed both linear layouts and kept one; batched passes pad as that layout needs.
-    assert tuned.min_pass_tokens == (1 if tuned.weight_first else 4)
+    assert tuned.min_pass_tokens == (1 if tuned.backend.weight_first else 4)
 
 
 def test_session_limits(target: TargetModel) -> None:

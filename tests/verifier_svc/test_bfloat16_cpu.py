@@ -1,0 +1,89 @@
+"""The default model served in bfloat16 on CPU, in both linear layouts the CPU backend may pick
+(weight first, F.linear): greedy passes give transformers' own greedy generate() in bfloat16, a
+tree's path gives its chain's logits, and a batched pass gives each lone pass's logits.
+
+Two computations of the same bfloat16 logits that sum in another order (other matrix shapes,
+another layout) differ by a few bfloat16 steps (0.125 at logits of 16-32, 0.25 at 32-64), so
+logits are compared within LOGIT_ATOL and a greedy token may differ from generate()'s only
+where the reference's own logits of the two are within GREEDY_TIE; the rest of that output is
+then not compared (as tests/integration/test_dtype.py bounds it through the services).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from verifier_svc.batched_pass import PassInput, score_batch
+from verifier_svc.target_model import TargetModel
+from verifier_svc.token_tree import ROOT, build_tree, chain
+
+LOGIT_ATOL = 1.5
+GREEDY_TIE = 0.5
+NEW_TOKENS = 12
+PROMPTS = ["The capital of France is", "def fibonacci(n):\n    if n < 2:\n        return n\n    return"]
+
+
+@pytest.fixture(scope="module")
+def bf16_model():  # type: ignore[no-untyped-def]
+    from transformers import AutoModelForCausalLM
+
+    from verifier_svc.model_loader import model_dir
+
+    return AutoModelForCausalLM.from_pretrained(str(model_dir("default")), dtype=torch.bfloat16).eval()
+
+
+def _target(model, weight_first: bool) -> TargetModel:  # type: ignore[no-untyped-def]
+    target = TargetModel(model, "bf16")
+    target.backend.weight_first = weight_first
+    return target
+
+
+@pytest.mark.parametrize("weight_first", [True, False])
+def test_bfloat16_greedy_equals_generate(bf16_model, tokenizer, weight_first: bool) -> None:  # type: ignore[no-untyped-def]
+    """One-token passes (plain decoding) and one pass over generate()'s continuation as a drafted chain."""
+    target = _target(bf16_model, weight_first)
+    for prompt in PROMPTS:
+        ids = tokenizer.encode(prompt)
+        with torch.inference_mode():
+            x = torch.tensor([ids])
+            reference = bf16_model.generate(x, attention_mask=torch.ones_like(x), do_sample=False, max_new_tokens=NEW_TOKENS)[0, len(ids):].tolist()
+        cache = target.new_cache()
+        target.score(cache, ids[:-1], chain([]))
+        plain = []
+        for _ in range(NEW_TOKENS):
+            plain.append(int(target.score(cache, [ids[-1] if not plain else plain[-1]], chain([]))[0].argmax()))
+        cache.truncate(len(ids) - 1)
+        chained = target.score(cache, ids[-1:], chain(reference[:-1])).argmax(-1).tolist()
+        for ours in (plain, chained):
+            j = next((j for j, (a, b) in enumerate(zip(ours, reference)) if a != b), None)
+            if j is None:
+                continue
+            with torch.inference_mode():
+                logits = bf16_model(torch.tensor([ids + reference[:j]])).logits[0, -1].float()
+            gap = abs((logits[reference[j]] - logits[ours[j]]).item())
+            assert gap < GREEDY_TIE, f"{prompt!r}: token {j} differs where the reference has no near tie ({gap:.3f})"
+
+
+@pytest.mark.parametrize("weight_first", [True, False])
+def test_bfloat16_tree_path_is_its_chain_and_batched_is_lone(bf16_model, tokenizer, weight_first: bool) -> None:  # type: ignore[no-untyped-def]
+    target = _target(bf16_model, weight_first)
+    ids = tokenizer.encode(PROMPTS[0])
+    tree = build_tree([42, 7, 8, 9], [ROOT, ROOT, 0, 1])  # paths 42-8 and 7-9
+    lone, caches = [], []
+    for _ in range(2):
+        cache = target.new_cache()
+        target.score(cache, ids[:-1], chain([]))
+        caches.append(cache)
+    lone_tree = target.score(caches[0], ids[-1:], tree)
+    caches[0].truncate(len(ids) - 1)
+    path = target.score(caches[0], ids[-1:], chain([7, 9]))
+    torch.testing.assert_close(lone_tree[[0, 2, 4]], path, atol=LOGIT_ATOL, rtol=0)
+    caches[0].truncate(len(ids) - 1)
+    short = target.new_cache()
+    target.score(short, ids[:3], chain([]))
+    lone_short = target.score(short, [ids[3]], chain([11]))
+    short.truncate(3)
+    batched = score_batch(target, [PassInput(caches[0], ids[-1:], tree), PassInput(short, [ids[3]], chain([11]))])
+    torch.testing.assert_close(batched[0], lone_tree, atol=LOGIT_ATOL, rtol=0)
+    torch.testing.assert_close(batched[1], lone_short, atol=LOGIT_ATOL, rtol=0)

@@ -1,0 +1,37 @@
+"""The device boundary: one backend per device kind, chosen once when the target loads.
+
+Everything only one kind of device needs around the model's own forward lives behind a
+`Backend` (base.py): the attention implementation a model loads with, the kernels a pass runs
+in, the rows a batched pass is padded to, thread settings and start-up tuning. TargetModel and
+the general path (sessions, trees, acceptance, scheduling) call the backend and never ask which
+device they run on; `backend_for` is the one place that does.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import PretrainedConfig
+
+from verifier_svc.backends.base import Backend
+from verifier_svc.backends.cpu import CpuBackend
+from verifier_svc.backends.cuda import CudaBackend
+from verifier_svc.backends.generic import GenericBackend
+
+__all__ = ["Backend", "attention_for", "backend_for"]
+
+_KINDS: dict[str, type[CpuBackend] | type[CudaBackend]] = {"cpu": CpuBackend, "cuda": CudaBackend}
+
+
+def backend_class(device: torch.device | str) -> type[CpuBackend] | type[CudaBackend] | type[GenericBackend]:
+    """The backend class for a device kind (GenericBackend for kinds without one: mps, xpu)."""
+    return _KINDS.get(torch.device(device).type, GenericBackend)
+
+
+def attention_for(config: PretrainedConfig, device: torch.device | str) -> str:
+    """The attention implementation a model with this config loads with on `device`."""
+    return backend_class(device).attention_implementation(config)
+
+
+def backend_for(model: torch.nn.Module) -> Backend:
+    """The backend of a loaded model, on the device of its first parameter."""
+    return backend_class(next(model.parameters()).device)(model)

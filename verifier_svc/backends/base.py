@@ -1,0 +1,36 @@
+"""What a device backend provides."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING, Protocol
+
+from transformers import PretrainedConfig
+
+if TYPE_CHECKING:
+    from verifier_svc.target_model import TargetModel
+
+
+class Backend(Protocol):
+    """One device kind's choices around the model's own forward. Chosen once, at load."""
+
+    kind: str
+
+    @staticmethod
+    def attention_implementation(config: PretrainedConfig) -> str:
+        """The attention implementation (transformers' attn_implementation) a model loads with."""
+        ...
+
+    @property
+    def min_pass_tokens(self) -> int:
+        """The token rows a batched pass has at least (more rows padded in when fewer)."""
+        ...
+
+    def kernels(self) -> contextlib.AbstractContextManager:
+        """The context every pass runs in (kernel choices, layouts); passes run on one thread."""
+        ...
+
+    def tune(self, target: TargetModel, context_tokens: int, max_tokens: int, repeats: int) -> list[float]:
+        """Time lone passes of 1..max_tokens tokens and set target.pass_tokens, pass_seconds
+        and pass_context_tokens (and any layout choice); return the kept configuration's unpadded seconds (empty: this device does not tune)."""
+        ...

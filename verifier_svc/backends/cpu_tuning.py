@@ -1,0 +1,83 @@
+"""Pass sizes on CPU, timed at start so that a noisy neighbour cannot lock in a bad choice.
+
+The verifier times lone passes of 1..K tokens in both linear layouts (linear_layout.py), keeps
+the layout whose passes, each padded to the fastest size at or above it (pass_sizes.py), cost
+less summed over the sizes, and pads so from then on. A start beside a process that loads both
+cores once timed 2-12-token passes at ~3 s each and padded every one of them to 12 tokens for
+the life of the process. So:
+
+- every size is timed `repeats` times, sizes and layouts interleaved, and its minimum kept;
+- the sweeps stop at TUNING_BUDGET_SECONDS: only complete sweeps count, and when not even
+  one completes in that time nothing is padded (weight first, every pass at its own size);
+- each padding choice (r real tokens run as s) is confirmed by CONFIRM_TURNS back-to-back pairs
+  of passes of r and of s tokens, which a burst of contention hits alike: it is kept only if s's
+  minimum is below r's own minimum by pass_sizes.MIN_GAIN, so padding never makes a pass slower
+  than it was measured to run unpadded.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Protocol
+
+from verifier_svc.pass_sizes import MIN_GAIN, fastest_at_least
+from verifier_svc.token_tree import chain
+
+if TYPE_CHECKING:
+    from verifier_svc.target_model import TargetModel
+
+# At most this long on timing sweeps (a quiet 2-core host sweeps 16 sizes x 2 layouts x 3
+# repeats in ~10 s; the confirmation pairs after them take a few seconds more).
+TUNING_BUDGET_SECONDS = 60.0
+CONFIRM_TURNS = 3
+
+
+class LayoutChoice(Protocol):
+    weight_first: bool
+
+
+def tune_pass_sizes(
+    target: TargetModel, layout: LayoutChoice, context_tokens: int, max_tokens: int, repeats: int,
+    budget_seconds: float = TUNING_BUDGET_SECONDS,
+) -> list[float]:
+    """Set layout.weight_first and target.pass_tokens / pass_seconds / pass_context_tokens from
+    timed lone passes after context_tokens cached tokens (module docstring). Returns the kept
+    layout's unpadded seconds for 1..max_tokens tokens (empty when no sweep completed)."""
+    layouts = [True, False]
+    target.pass_tokens = []  # time the sizes themselves, unpadded
+    best = {choice: [float("inf")] * max_tokens for choice in layouts}
+    cache = target.new_cache()
+    target.score(cache, [1] * context_tokens, chain([]))
+
+    def timed(choice: bool, size: int) -> float:
+        layout.weight_first = choice
+        started = time.perf_counter()
+        target.score(cache, [1], chain([1] * (size - 1)))
+        seconds = time.perf_counter() - started
+        cache.truncate(context_tokens)
+        best[choice][size - 1] = min(best[choice][size - 1], seconds)
+        return seconds
+
+    started, sweeps = time.perf_counter(), 0
+    while sweeps < repeats and (sweeps == 0 or time.perf_counter() - started < budget_seconds):
+        for size in range(1, max_tokens + 1):
+            for choice in layouts:
+                timed(choice, size)
+            if time.perf_counter() - started > budget_seconds and sweeps == 0:
+                layout.weight_first, target.pass_tokens, target.pass_seconds = True, [1], []
+                return []
+        sweeps += 1
+    padded_cost = {choice: sum(best[choice][s - 1] for s in fastest_at_least(best[choice])) for choice in layouts}
+    layout.weight_first = min(layouts, key=lambda choice: padded_cost[choice])
+    seconds = best[layout.weight_first]
+    sizes = fastest_at_least(seconds)
+    for real, size in enumerate(sizes, start=1):
+        if size != real:
+            for _ in range(CONFIRM_TURNS):
+                timed(layout.weight_first, real)
+                timed(layout.weight_first, size)
+    sizes = [s if s == r or seconds[s - 1] < (1 - MIN_GAIN) * seconds[r - 1] else r for r, s in enumerate(sizes, start=1)]
+    target.pass_tokens = sizes
+    target.pass_seconds = [seconds[s - 1] for s in sizes]
+    target.pass_context_tokens = context_tokens
+    return seconds
