@@ -46,6 +46,7 @@ def module_at(revision: str) -> Callable:
     spec = importlib.util.spec_from_file_location("batched_pass_before", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module.score_batch
 
