@@ -272,7 +272,7 @@ def test_each_verdict_comes_with_its_pass_shape_and_the_fitted_row_cost() -> Non
     records = {id(record) for _, record in results}
     assert len(records) == 1  # one pass, one record for all three
     record = results[0][1]
-    assert (record.rounds, record.rows, record.slots) == (3, 3 * 4, 0 + 0 + 4)
+    assert (record.rounds, record.rows, record.slots) == (3, 3 * 4, 1 + 1 + 4)
     assert record.row_seconds == s.pass_time.row_seconds > 0 and s.pass_time.passes == 1
 
 
