@@ -34,6 +34,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--before", default="main", help="the git revision whose verifier_svc/batched_pass.py is 'before'")
     p.add_argument("--batches", type=int, nargs="+", default=[4, 16])
     p.add_argument("--new", type=int, nargs="+", default=[1, 4], help="new tokens per session per pass")
+    p.add_argument("--cached", type=int, nargs=2, default=[256, 1000], help="each cache's length is drawn from this range")
     p.add_argument("--repeats", type=int, default=7)
     return p.parse_args(argv)
 
@@ -60,7 +61,7 @@ def main(argv: Sequence[str]) -> int:
     print("| B | new tokens T | cached tokens (mean) | before ms | after ms | before / after |")
     print("|---|---|---|---|---|---|")
     for batch in args.batches:
-        prompts = [[rng.randrange(1000, 20000) for _ in range(rng.randrange(256, 1001))] for _ in range(batch)]
+        prompts = [[rng.randrange(1000, 20000) for _ in range(rng.randrange(args.cached[0], args.cached[1] + 1))] for _ in range(batch)]
         caches = [target.new_cache() for _ in prompts]
         for cache, prompt in zip(caches, prompts):
             target.score(cache, prompt, chain([]))
