@@ -114,8 +114,12 @@ def _loaded_attention(module: torch.nn.Module, active: _ActivePass) -> Callable[
     """The attention function `module` calls outside a batched pass: the registered one its
     config names, else (eager) its own modeling file's `eager_attention_forward`."""
     loaded = active.implementations.get(id(getattr(module, "config", None)))
-    eager = sys.modules[type(module).__module__].eager_attention_forward  # type: ignore[attr-defined]
-    return ALL_ATTENTION_FUNCTIONS.get_interface(loaded or "eager", eager)
+    if loaded and loaded != "eager":
+        return ALL_ATTENTION_FUNCTIONS[loaded]
+    eager = getattr(sys.modules[type(module).__module__], "eager_attention_forward", None)
+    if eager is None:
+        raise NotImplementedError(f"{type(module).__name__}: eager attention without a module-level eager_attention_forward")
+    return eager
 
 
 def session_attention_forward(
