@@ -3,18 +3,18 @@ seconds of one more padded token row, which the verifier reports with every verd
 drafters can price their drafts under load.
 
 A pass over B rounds is padded to [B, T] new tokens (T: the longest round's pending tokens plus
-nodes) over caches padded to L slots (batched_pass.py). Its seconds are modelled as
+nodes) and reads each round's own cache, L_b entries, in place (batched_pass.py). Its seconds
+are modelled as
 
-    t = a + m * rows + k * slots,    rows = B * T,  slots = B * L
+    t = a + m * rows + k * slots,    rows = B * T,  slots = sum of L_b
 
 a: what every pass pays (weights streamed, kernel launches, the Python around it); m: one more
-token row through every layer (compute); k: one more cached slot (copying caches into the
-padded batch, attention reads). Fitted by exponentially weighted least squares (recent passes
-count more) with a ridge towards prior figures (this project's 2-core CPU: ~45 ms, ~2.5 ms per
-row, ~10 us per slot), so the fit is defined before passes of different shapes have been seen
-and a few passes of one shape cannot swing it far. Rows and slots grow together under load
-(both scale with B), which is why slots get their own term: without it, the cost of copying
-caches would be charged to drafted tokens.
+token row through every layer (compute); k: one more cached entry read by attention. Fitted by
+exponentially weighted least squares (recent passes count more) with a ridge towards prior
+figures (this project's 2-core CPU: ~45 ms, ~2.5 ms per row, ~10 us per slot), so the fit is
+defined before passes of different shapes have been seen and a few passes of one shape cannot
+swing it far. Rows and slots grow together under load (both scale with B), which is why slots
+get their own term: without it, the cost of reading caches would be charged to drafted tokens.
 
 Only decode passes are fitted (every round's pending tokens at most DECODE_MAX_PENDING): a
 pass holding a prompt's prefill has hundreds of rows through large matrix products, where a row

@@ -65,8 +65,9 @@ class _Waiting:
 @dataclass(frozen=True)
 class PassRecord:
     """What one pass did, for metrics and for the verdicts: rounds in it, new tokens, the waits
-    of its rounds, seconds; its padded shape (rows = B x T new-token rows, slots = B x L cache
-    slots) and the fitted marginal seconds of one more row after it."""
+    of its rounds, seconds; its shape (rows = B x T padded new-token rows, slots = the cached
+    entries its attention reads, summed over its rounds) and the fitted marginal seconds of one
+    more row after it."""
 
     rounds: int
     tokens: int
@@ -250,7 +251,7 @@ class Scheduler:
         if not ready:
             return
         longest = max(len(p.pending) + len(p.tree) for _, p in ready)
-        rows, slots = len(ready) * longest, len(ready) * max(_cached(w.session) for w, _ in ready)
+        rows, slots = len(ready) * longest, sum(_cached(w.session) for w, _ in ready)
         try:
             if len(ready) == 1:
                 w, p = ready[0]

@@ -115,9 +115,9 @@ def test_batched_cache_matches_a_fresh_pass(target: TargetModel, tokenizer) -> N
 
 
 def test_mask_rows_are_each_sessions_own_tree_mask() -> None:
-    """Pure layout check: real rows carry the session's tree mask at its cache slots and at the
-    shared new-token slots, right-aligned; padding keys are invisible to real rows; query and
-    key positions are the tree's."""
+    """Pure layout check: real rows, right-aligned, carry the session's own tree mask over the
+    slots of its own cache after the pass (cached, then new); columns past them are hidden;
+    query and key positions are the tree's."""
 
     class FakeCache:
         def __init__(self, n: int) -> None:
@@ -130,13 +130,11 @@ def test_mask_rows_are_each_sessions_own_tree_mask() -> None:
     b = PassInput(FakeCache(2), [7, 8], chain([4]))  # type: ignore[arg-type]
     mask, positions, keys = batch_mask_and_positions([a, b], cached=5, new=4)
     assert mask.shape == (2, 4, 9) and positions.shape == (2, 4) and keys.shape == (2, 9)
-    own_a = tree_attention_mask(a.tree, 5, 1)
-    assert torch.equal(mask[0, :4, :5], own_a[:, :5]) and torch.equal(mask[0, :4, 5:9], own_a[:, 5:])
-    own_b = tree_attention_mask(b.tree, 2, 2)  # right-aligned: padding first, then the real rows
-    assert torch.equal(mask[1, 1:, :2], own_b[:, :2]) and not mask[1, 1:, 2:6].any()
-    assert torch.equal(mask[1, 1:, 6:9], own_b[:, 2:])
-    assert mask[1, 0].nonzero().flatten().tolist() == [5]  # padding sees only itself
+    assert torch.equal(mask[0], tree_attention_mask(a.tree, 5, 1))  # a fills the pass
+    own_b = tree_attention_mask(b.tree, 2, 2)  # [3, 5]: padding first, then the real rows
+    assert torch.equal(mask[1, 1:, :5], own_b) and not mask[1, 1:, 5:].any()
+    assert mask[1, 0].nonzero().flatten().tolist() == [0]  # padding (never computed) sees one column
     assert positions[0].tolist() == tree_position_ids(a.tree, 5, 1).tolist()
     assert positions[1].tolist() == [2, *tree_position_ids(b.tree, 2, 2).tolist()]  # padding repeats the first
     assert keys[0].tolist() == [0, 1, 2, 3, 4, *positions[0].tolist()]  # a cached entry's slot is its position
-    assert keys[1, 5:].tolist() == positions[1].tolist()
+    assert keys[1, :5].tolist() == [0, 1, *positions[1, 1:].tolist()]

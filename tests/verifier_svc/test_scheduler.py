@@ -253,7 +253,7 @@ def test_calls_run_on_the_thread_that_runs_the_passes_and_their_errors_come_back
 
 
 def test_each_verdict_comes_with_its_pass_shape_and_the_fitted_row_cost() -> None:
-    """Three rounds in one pass: B = 3, T = 1 pending + 3 nodes, L = the longest cache."""
+    """Three rounds in one pass: B = 3, T = 1 pending + 3 nodes; slots: the cached entries read."""
     s = Scheduler(lambda: 3, 512, 2.0, width_by_cost=False)
     s.start()
     sessions = [FakeSession() for _ in range(3)]
@@ -272,7 +272,7 @@ def test_each_verdict_comes_with_its_pass_shape_and_the_fitted_row_cost() -> Non
     records = {id(record) for _, record in results}
     assert len(records) == 1  # one pass, one record for all three
     record = results[0][1]
-    assert (record.rounds, record.rows, record.slots) == (3, 3 * 4, 3 * 4)
+    assert (record.rounds, record.rows, record.slots) == (3, 3 * 4, 1 + 1 + 4)
     assert record.row_seconds == s.pass_time.row_seconds > 0 and s.pass_time.passes == 1
 
 
