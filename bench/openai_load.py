@@ -109,6 +109,17 @@ def run_aiperf(args: argparse.Namespace, base_url: str, model: str, dataset: Pat
     return {tag: records.get(tag) for tag in METRICS}
 
 
+def aiperf_version(executable: str) -> str:
+    """The aiperf package's version in the virtualenv that holds `executable`."""
+    python = Path(executable).with_name("python")
+    try:
+        done = subprocess.run([str(python), "-c", "from importlib.metadata import version; print(version('aiperf'))"],
+                              capture_output=True, text=True, timeout=60)
+    except OSError:
+        return "unknown"
+    return done.stdout.strip() or "unknown"
+
+
 def per_token_seconds(first: float | None, last: float | None, tokens: int) -> float | None:
     return None if first is None or last is None or tokens < 2 else (last - first) / (tokens - 1)
 
@@ -157,17 +168,20 @@ def overhead(base_url: str, address: str, model: str, prompts: Sequence[Prompt],
                 ratios.append(got["gateway"] / got["direct"])
     if not ratios:
         return {"pairs": 0}
+    quartiles = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else [ratios[0]] * 3
     return {
         "pairs": len(ratios),
         "gateway_ms_per_token_p50": 1000 * statistics.median(gateway),
         "client_ms_per_token_p50": 1000 * statistics.median(ours),
         "ratio_of_medians": statistics.median(gateway) / statistics.median(ours),
         "median_ratio": statistics.median(ratios),
+        "ratio_quartiles": [quartiles[0], quartiles[2]],
     }
 
 
 def report(results: dict[str, Any]) -> str:
-    lines = [f"# AIPerf against the OpenAI gateway ({results['started']})", "", f"machine: `{json.dumps(results['machine'])}`", "",
+    lines = [f"# AIPerf against the OpenAI gateway ({results['started']})", "", f"command: `{results['command']}`", "",
+             f"machine: `{json.dumps(results['machine'])}`", "", f"AIPerf {results['aiperf_version']}", "",
              f"prompts: {results['prompts']} Spec-Bench prompts ({', '.join(results['rows'])}), greedy, at most "
              f"{results['max_tokens']} new tokens", "",
              "| concurrency | speculation | TTFT p50 (ms) | ITL p50 (ms) | request p50 (s) | output tok/s | output tokens avg |",
@@ -184,9 +198,11 @@ def report(results: dict[str, Any]) -> str:
                      f"{stat('output_sequence_length', 'avg')} |")
     o = results["overhead"]
     if o.get("pairs"):
-        lines += ["", f"Gateway vs `specdec.Client` at concurrency 1 ({o['pairs']} request pairs): per-token latency "
-                  f"p50 {o['gateway_ms_per_token_p50']:.2f} ms vs {o['client_ms_per_token_p50']:.2f} ms, "
-                  f"ratio of medians {o['ratio_of_medians']:.3f}, median of per-prompt ratios {o['median_ratio']:.3f}."]
+        low, high = o["ratio_quartiles"]
+        lines += ["", f"Gateway vs `specdec.Client` at concurrency 1, speculation on ({o['pairs']} request pairs, alternating): "
+                  f"per-token latency p50 {o['gateway_ms_per_token_p50']:.2f} ms vs {o['client_ms_per_token_p50']:.2f} ms, "
+                  f"ratio of medians {o['ratio_of_medians']:.3f} (gateway overhead {100 * (o['ratio_of_medians'] - 1):+.1f}%), "
+                  f"median of per-pair ratios {o['median_ratio']:.3f} (quartiles {low:.3f}, {high:.3f})."]
     return "\n".join(lines) + "\n"
 
 
@@ -216,7 +232,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             extra = overhead(base_url, address, model, prompts, args.max_tokens, args.overhead_rounds)
         finally:
             gateway.stop()
-    results = {"started": started.isoformat(timespec="seconds"), "machine": machine.describe(), "rows": args.rows,
+    results = {"started": started.isoformat(timespec="seconds"), "command": " ".join(["python -m bench.openai_load", *(argv or sys.argv[1:])]),
+               "aiperf_version": aiperf_version(args.aiperf), "machine": machine.describe(), "rows": args.rows,
                "prompts": len(prompts), "max_tokens": args.max_tokens, "runs": runs, "overhead": extra}
     (out / "report.json").write_text(json.dumps(results, indent=2))
     text = report(results)

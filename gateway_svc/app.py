@@ -27,6 +27,7 @@ from gateway_svc.errors import OpenAIError
 from gateway_svc.generation import Generation
 from gateway_svc.metrics import GatewayMetrics
 from gateway_svc.schema import ChatCompletionRequest, CompletionRequest, GenerationFields
+from gateway_svc.token_bytes import TokenBytes, TokenBytesLoader
 from specdec.auth import BearerTokenInterceptor, authorization_metadata
 
 log = logging.getLogger(__name__)
@@ -35,9 +36,10 @@ UNION_TAGS = {"str", "int", "float", "bool", "dict", "none"}
 
 def create_app(
     pool: DrafterPool, metrics: GatewayMetrics, *, token: bytes | None = None, served_model_name: str = "",
-    timeout: float | None = None,
+    timeout: float | None = None, token_bytes: TokenBytesLoader | None = None,
 ) -> FastAPI:
-    """The ASGI app; it follows `pool`'s discovery while it runs (FastAPI's lifespan)."""
+    """The ASGI app; it follows `pool`'s discovery while it runs (FastAPI's lifespan).
+    token_bytes: the drafters' tokenizer, for logprobs' token texts (None: logprobs refused)."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -63,11 +65,22 @@ def create_app(
                 raise OpenAIError(404, f"The model `{model}` does not exist (served: {', '.join(names)}).",
                                   param="model", code="model_not_found")
             translated = to_request(body, placement.info.max_new_tokens_cap)
+            tokens = await load_token_bytes() if translated.rules.logprobs else None
         except BaseException:
             pool.release(placement)
             raise
-        generation = Generation(pool, placement, metrics, model, chat, translated, timeout, metadata)
+        generation = Generation(pool, placement, metrics, model, chat, translated, timeout, metadata, tokens)
         return await generation.respond(request)
+
+    async def load_token_bytes() -> TokenBytes:
+        if token_bytes is None:
+            raise OpenAIError(400, "logprobs: this gateway has no tokenizer to name tokens with", param="logprobs")
+        try:
+            return await token_bytes.get()
+        except (OSError, ValueError) as error:
+            log.error("logprobs need the tokenizer of --model %r: %s", token_bytes.model, error)
+            raise OpenAIError(500, f"the gateway cannot load its tokenizer (--model {token_bytes.model!r}; see its log)",
+                              type="server_error") from None
 
     @app.post("/v1/chat/completions", response_model=None)
     async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:

@@ -2,7 +2,9 @@
 
 A drafter's gRPC status maps to one HTTP status (`from_rpc_error`); the field its message names
 (`sampling.temperature: must be >= 0`) is renamed to the request field the client sent
-(`temperature`), which becomes `param`.
+(`temperature`), which becomes `param`; a request's own renames (gateway_svc.output_rules: the
+penalties, logprobs and the constraint's field) come first. A constraint too expensive to compile
+(RESOURCE_EXHAUSTED naming `constraint.<kind>`) is an invalid field, 400, not a busy server.
 """
 
 from __future__ import annotations
@@ -65,8 +67,11 @@ def invalid(param: str | None, message: str) -> OpenAIError:
     return OpenAIError(400, f"{param}: {message}" if param else message, param=param)
 
 
-def openai_field(field: str, prompt_field: str, max_tokens_field: str) -> str | None:
+def openai_field(field: str, prompt_field: str, max_tokens_field: str, renames: Mapping[str, str] | None = None) -> str | None:
     """The request field a client sent for a drafter's field name (None: no single field)."""
+    for ours, theirs in (renames or {}).items():
+        if field == ours or field.startswith(ours + "."):
+            return theirs
     if field in ("text", "chat", "prompt", "token_ids", "token_ids.ids"):
         return prompt_field
     if field.startswith("chat.messages"):
@@ -81,15 +86,20 @@ def openai_field(field: str, prompt_field: str, max_tokens_field: str) -> str | 
     return None
 
 
-def from_rpc_error(error: grpc.aio.AioRpcError, prompt_field: str = "messages", max_tokens_field: str = "max_tokens") -> OpenAIError:
+def from_rpc_error(
+    error: grpc.aio.AioRpcError, prompt_field: str = "messages", max_tokens_field: str = "max_tokens",
+    renames: Mapping[str, str] | None = None,
+) -> OpenAIError:
     """The OpenAI error for a drafter's status; the named field renamed as the client sent it."""
     code = error.code()
     status, kind = HTTP_STATUS.get(code, (500, "server_error"))
     details = error.details() or code.name
     param = None
     field, sep, rest = details.partition(": ")
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED and field.startswith("constraint."):
+        status, kind = 400, "invalid_request_error"
     if status == 400 and sep and " " not in field:
-        param = openai_field(field, prompt_field, max_tokens_field)
+        param = openai_field(field, prompt_field, max_tokens_field, renames)
         if param is not None:
             details = f"{param}: {rest}"
     headers = {}

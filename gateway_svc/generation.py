@@ -24,8 +24,10 @@ from starlette.types import Receive, Scope, Send
 from gateway_svc import translate
 from gateway_svc.drafter_pool import DrafterPool, Placement
 from gateway_svc.errors import OpenAIError, from_rpc_error
+from gateway_svc.logprobs import ChatLogprobs, CompletionLogprobs
 from gateway_svc.metrics import GatewayMetrics, GenerationTimer
-from specdec.client import Chunk, GenerationStats, chunk_from_proto
+from gateway_svc.token_bytes import TokenBytes
+from specdec.client import Chunk, GenerationStats, TokenLogprob, chunk_from_proto
 
 
 def sse(data: dict[str, Any] | str) -> str:
@@ -37,8 +39,9 @@ class Generation:
 
     def __init__(
         self, pool: DrafterPool, placement: Placement, metrics: GatewayMetrics, model: str, chat: bool,
-        translated: translate.Translated, timeout: float | None, metadata: Any,
+        translated: translate.Translated, timeout: float | None, metadata: Any, tokens: TokenBytes | None = None,
     ) -> None:
+        """tokens: the tokenizer's token bytes, needed when the request asks for logprobs."""
         self.pool = pool
         self.placement = placement
         self.metrics = metrics
@@ -50,6 +53,10 @@ class Generation:
         self.timer = GenerationTimer(metrics, model, time.perf_counter())
         self.call = placement.stub.Generate(translated.request, timeout=timeout, metadata=metadata)
         self.released = False
+        self.logprobs: ChatLogprobs | CompletionLogprobs | None = None
+        if translated.rules.logprobs:
+            assert tokens is not None, "a request with logprobs needs the token bytes"
+            self.logprobs = ChatLogprobs(tokens) if chat else CompletionLogprobs(tokens)
         metrics.running.labels(model).inc()
 
     def end(self) -> None:
@@ -66,7 +73,8 @@ class Generation:
         except grpc.aio.AioRpcError as error:
             if error.code() == grpc.StatusCode.UNAVAILABLE:
                 self.pool.report_unavailable(self.placement.address)
-            raise from_rpc_error(error, self.translated.prompt_field, self.translated.max_tokens_field) from None
+            t = self.translated
+            raise from_rpc_error(error, t.prompt_field, t.max_tokens_field, t.rules.renames) from None
         if msg is grpc.aio.EOF:
             raise OpenAIError(502, "the drafter ended the stream without a result", type="server_error", code="bad_gateway")
         chunk = chunk_from_proto(msg)
@@ -93,18 +101,22 @@ class Generation:
             self.end()
         if not collect.done() or collect.cancelled():  # the client went away: nobody to answer
             return Response(status_code=499)
-        text, reason, stats = collect.result()
+        text, reason, stats, logprobs = collect.result()
         build = translate.chat_completion if self.chat else translate.completion
-        return JSONResponse(build(self.id, self.created, self.model, text, reason, stats))
+        return JSONResponse(build(self.id, self.created, self.model, text, reason, stats, self._logprobs(logprobs)))
 
-    async def _collect(self, chunk: Chunk) -> tuple[str, str, GenerationStats]:
-        texts = [chunk.text]
+    async def _collect(self, chunk: Chunk) -> tuple[str, str, GenerationStats, list[TokenLogprob]]:
+        texts, logprobs = [chunk.text], list(chunk.logprobs)
         while chunk.finish_reason is None:
             chunk = await self.next_chunk()
             texts.append(chunk.text)
+            logprobs.extend(chunk.logprobs)
         stats = chunk.stats or GenerationStats()
         self.timer.finished(chunk.finish_reason, stats)
-        return "".join(texts), chunk.finish_reason, stats
+        return "".join(texts), chunk.finish_reason, stats, logprobs
+
+    def _logprobs(self, logprobs: list[TokenLogprob]) -> dict[str, Any] | None:
+        return None if self.logprobs is None else self.logprobs.block(logprobs)
 
     async def events(self, chunk: Chunk) -> AsyncIterator[str]:
         t = self.translated
@@ -112,8 +124,9 @@ class Generation:
             yield sse(self._chunk({"role": "assistant", "content": ""}, None))
         try:
             while True:
-                if chunk.text:
-                    yield sse(self._chunk({"content": chunk.text} if self.chat else chunk.text, None))
+                if chunk.text or (self.logprobs is not None and chunk.logprobs):
+                    logprobs = self._logprobs(chunk.logprobs)
+                    yield sse(self._chunk({"content": chunk.text} if self.chat else chunk.text, None, logprobs))
                 if chunk.finish_reason is not None:
                     stats = chunk.stats or GenerationStats()
                     last = self._chunk({} if self.chat else "", chunk.finish_reason)
@@ -129,11 +142,11 @@ class Generation:
             yield sse(error.body())
         yield sse("[DONE]")
 
-    def _chunk(self, delta: Any, reason: str | None) -> dict[str, Any]:
+    def _chunk(self, delta: Any, reason: str | None, logprobs: dict[str, Any] | None = None) -> dict[str, Any]:
         t = self.translated
         if self.chat:
-            return translate.chat_chunk(self.id, self.created, self.model, delta, reason, t.include_usage)
-        return translate.completion_chunk(self.id, self.created, self.model, delta, reason, t.include_usage)
+            return translate.chat_chunk(self.id, self.created, self.model, delta, reason, t.include_usage, logprobs)
+        return translate.completion_chunk(self.id, self.created, self.model, delta, reason, t.include_usage, logprobs)
 
 
 class GenerationStream(StreamingResponse):

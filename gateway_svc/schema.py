@@ -1,5 +1,6 @@
-"""The request bodies the gateway accepts: OpenAI's fields, and the extensions `top_k` and
-`speculation` (as vLLM accepts extra sampling fields beside OpenAI's).
+"""The request bodies the gateway accepts: OpenAI's fields, and the extensions `top_k`,
+`repetition_penalty`, `min_tokens`, `structured_outputs` (vLLM's names for its extra fields) and
+`speculation`.
 
 These models check types and the ranges the wire format imposes (32-bit counts, 64-bit seeds);
 the drafter owns every other check and names the field (gateway_svc.errors renames it).
@@ -56,10 +57,32 @@ class ChatMessage(BaseModel):
     name: str | None = None
 
 
+class JsonSchemaFormat(BaseModel):
+    """OpenAI's `response_format.json_schema`; `strict` is accepted and always in force."""
+
+    model_config = CONFIG
+
+    name: str | None = None
+    description: str | None = None
+    json_schema: dict[str, Any] = Field(alias="schema", description="the JSON Schema the output is valid under")
+    strict: bool | None = None
+
+
 class ResponseFormat(BaseModel):
     model_config = CONFIG
 
-    type: str
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = Field(None, description="with type json_schema")
+
+
+class StructuredOutputs(BaseModel):
+    """Extension, vLLM's `structured_outputs`: at most one constraint on the output."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    json_schema: dict[str, Any] | str | None = Field(None, alias="json", description="a JSON Schema (object or JSON text)")
+    regex: str | None = Field(None, description="the whole output matches it (Rust regex syntax)")
+    grammar: str | None = Field(None, description="a Lark grammar as llguidance reads it (GBNF accepted)")
 
 
 class GenerationFields(BaseModel):
@@ -78,25 +101,28 @@ class GenerationFields(BaseModel):
     stream: bool | None = False
     stream_options: StreamOptions | None = None
     user: str | None = None
-    frequency_penalty: float | None = Field(None, description="only 0")
-    presence_penalty: float | None = Field(None, description="only 0")
-    logit_bias: dict[str, float] | None = Field(None, description="only empty")
+    frequency_penalty: float | None = Field(None, description="in [-2, 2]: logit -= frequency_penalty * count")
+    presence_penalty: float | None = Field(None, description="in [-2, 2]: logit -= presence_penalty * (count > 0)")
+    logit_bias: dict[str, float] | None = Field(None, description="token id (a string) -> bias in [-100, 100]")
+    response_format: ResponseFormat | None = Field(None, description="text, json_object or json_schema")
+    repetition_penalty: float | None = Field(None, description="extension: in (0, 10], transformers' definition")
+    min_tokens: Int32 | None = Field(None, description="extension: no end of sequence before this many tokens")
+    structured_outputs: StructuredOutputs | None = None
     speculation: Speculation | None = None
 
 
 class ChatCompletionRequest(GenerationFields):
     messages: list[ChatMessage]
     max_completion_tokens: Int32 | None = Field(None, description="as max_tokens (wins when both are set)")
-    logprobs: bool | None = Field(None, description="only false")
-    top_logprobs: int | None = Field(None, description="only 0")
-    response_format: ResponseFormat | None = Field(None, description="only {\"type\": \"text\"}")
+    logprobs: bool | None = Field(None, description="return each generated token's logprob")
+    top_logprobs: Int32 | None = Field(None, description="in [0, 20] alternatives per token; needs logprobs")
     tools: list[dict[str, Any]] | None = Field(None, description="only empty")
     tool_choice: Literal["none", "auto"] | dict[str, Any] | None = None
 
 
 class CompletionRequest(GenerationFields):
     prompt: str | list[str] | list[int] | list[list[int]]
-    logprobs: int | None = Field(None, description="only 0")
+    logprobs: Int32 | None = Field(None, description="in [0, 5]: each token's logprob and this many alternatives")
     echo: bool | None = Field(None, description="only false")
     best_of: int | None = Field(None, description="only 1")
     suffix: str | None = Field(None, description="only empty")

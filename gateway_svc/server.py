@@ -16,6 +16,7 @@ from gateway_svc.app import create_app
 from gateway_svc.drafter_pool import DrafterPool
 from gateway_svc.metrics import GatewayMetrics
 from gateway_svc.settings import GatewaySettings
+from gateway_svc.token_bytes import TokenBytesLoader
 from specdec import grpc_server, settings, tls
 from specdec.auth import authorization_metadata, load_token
 from specdec.grpc_server import LISTENING_PREFIX
@@ -63,7 +64,7 @@ async def run(config: GatewaySettings) -> None:
     serve_metrics(metrics.registry, config.host, config.metrics_port)
     app = create_app(
         pool, metrics, token=token, served_model_name=config.served_model_name,
-        timeout=config.request_timeout_seconds or None,
+        timeout=config.request_timeout_seconds or None, token_bytes=TokenBytesLoader(config.model),
     )
     sock = bind(config.host, config.port)
     server = uvicorn.Server(

@@ -30,6 +30,10 @@ class GatewaySettings:
     served_model_name: str = field(
         default="", metadata={"group": "model", "help": "the model name clients send and /v1/models lists (empty: the name the drafters report)"}
     )
+    model: str = field(
+        default="default",
+        metadata={"group": "model", "help": "the drafters' tokenizer source, as their --model: 'default', a .gguf file or a model folder (names the tokens of logprobs; loaded at the first request asking for them)"},
+    )
     request_timeout_seconds: float = field(
         default=600.0, metadata={"group": "limits", "help": "deadline of one generation; past it the client gets 504 (0: none)"}
     )

@@ -9,16 +9,16 @@ the generated ones. The speculation statistics go in the extension field `specul
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from gateway_svc.errors import invalid
+from gateway_svc.output_rules import OutputRules, chat_rules, completion_rules
 from gateway_svc.schema import ChatCompletionRequest, CompletionRequest, GenerationFields
 from specdec.client import GenerationStats, build_request
 from specdec.v1 import drafter_pb2
 
 FINISH_REASONS = {"eos": "stop", "stop": "stop", "length": "length", "context_length": "length"}
-NOT_EXACT = "is not supported: specdec samples the target model's own distribution"
 
 
 @dataclass(frozen=True)
@@ -30,32 +30,25 @@ class Translated:
     max_tokens_field: str  # "max_tokens" or "max_completion_tokens"
     stream: bool
     include_usage: bool
+    rules: OutputRules = field(default_factory=OutputRules)  # constraint, penalties, logprobs asked
 
 
 def chat_request(body: ChatCompletionRequest, default_max_tokens: int) -> Translated:
     _refuse_unsupported(body)
-    if body.logprobs:
-        raise invalid("logprobs", "is not supported by this server")
-    if body.top_logprobs:
-        raise invalid("top_logprobs", "is not supported by this server")
-    if body.response_format is not None and body.response_format.type != "text":
-        raise invalid("response_format", f"type {body.response_format.type!r} is not supported by this server (only text)")
     if body.tools:
         raise invalid("tools", "tool calls are not supported by this server")
     if body.tool_choice not in (None, "none", "auto"):
         raise invalid("tool_choice", "tool calls are not supported by this server")
     messages = [{"role": m.role, "content": _content(m.content, i)} for i, m in enumerate(body.messages)]
     if body.max_completion_tokens is not None:
-        max_tokens, field = body.max_completion_tokens, "max_completion_tokens"
+        max_tokens, max_field = body.max_completion_tokens, "max_completion_tokens"
     else:
-        max_tokens, field = body.max_tokens, "max_tokens"
-    return _translate(body, {"messages": messages}, "messages", max_tokens, field, default_max_tokens)
+        max_tokens, max_field = body.max_tokens, "max_tokens"
+    return _translate(body, {"messages": messages}, "messages", max_tokens, max_field, default_max_tokens, chat_rules(body))
 
 
 def completion_request(body: CompletionRequest, default_max_tokens: int) -> Translated:
     _refuse_unsupported(body)
-    if body.logprobs:
-        raise invalid("logprobs", "is not supported by this server")
     if body.echo:
         raise invalid("echo", "is not supported by this server")
     if body.best_of not in (None, 1):
@@ -68,17 +61,12 @@ def completion_request(body: CompletionRequest, default_max_tokens: int) -> Tran
             raise invalid("prompt", f"one prompt per request, got {len(prompt)}")
         prompt = prompt[0]
     source = {"prompt": prompt} if isinstance(prompt, str) else {"token_ids": prompt}
-    return _translate(body, source, "prompt", body.max_tokens, "max_tokens", default_max_tokens)
+    return _translate(body, source, "prompt", body.max_tokens, "max_tokens", default_max_tokens, completion_rules(body))
 
 
 def _refuse_unsupported(body: GenerationFields) -> None:
     if body.n not in (None, 1):
         raise invalid("n", f"only 1 choice per request is supported, got {body.n}")
-    for name in ("frequency_penalty", "presence_penalty"):
-        if getattr(body, name):
-            raise invalid(name, f"{NOT_EXACT} (only 0)")
-    if body.logit_bias:
-        raise invalid("logit_bias", f"{NOT_EXACT} (only empty)")
     if body.stream_options is not None and not body.stream:
         raise invalid("stream_options", "is only allowed when stream is true")
 
@@ -97,7 +85,7 @@ def _content(content: Any, index: int) -> str:
 
 def _translate(
     body: GenerationFields, prompt: dict[str, Any], prompt_field: str, max_tokens: int | None, max_tokens_field: str,
-    default_max_tokens: int,
+    default_max_tokens: int, rules: OutputRules,
 ) -> Translated:
     stop: Sequence[str] = [body.stop] if isinstance(body.stop, str) else (body.stop or [])
     spec = body.speculation
@@ -116,12 +104,13 @@ def _translate(
             draft_policy=(spec and spec.draft_policy) or "",
             overlap=spec and spec.overlap,
             acceptance=spec and spec.acceptance,
+            **rules.kwargs,
         )
     except ValueError as error:  # the only parse left to the client side: the acceptance rule
         raise invalid("speculation.acceptance", str(error)) from None
     stream = bool(body.stream)
     include_usage = bool(stream and body.stream_options and body.stream_options.include_usage)
-    return Translated(request, prompt_field, max_tokens_field, stream, include_usage)
+    return Translated(request, prompt_field, max_tokens_field, stream, include_usage, rules)
 
 
 # --- responses --------------------------------------------------------------------------------
@@ -154,7 +143,9 @@ def finish_reason(ours: str) -> str:
     return FINISH_REASONS.get(ours, "stop")
 
 
-def chat_completion(id: str, created: int, model: str, text: str, reason: str, stats: GenerationStats) -> dict[str, Any]:
+def chat_completion(
+    id: str, created: int, model: str, text: str, reason: str, stats: GenerationStats, logprobs: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     return {
         "id": id,
         "object": "chat.completion",
@@ -164,7 +155,7 @@ def chat_completion(id: str, created: int, model: str, text: str, reason: str, s
             {
                 "index": 0,
                 "message": {"role": "assistant", "content": text, "refusal": None},
-                "logprobs": None,
+                "logprobs": logprobs,
                 "finish_reason": finish_reason(reason),
             }
         ],
@@ -174,27 +165,32 @@ def chat_completion(id: str, created: int, model: str, text: str, reason: str, s
     }
 
 
-def completion(id: str, created: int, model: str, text: str, reason: str, stats: GenerationStats) -> dict[str, Any]:
+def completion(
+    id: str, created: int, model: str, text: str, reason: str, stats: GenerationStats, logprobs: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     return {
         "id": id,
         "object": "text_completion",
         "created": created,
         "model": model,
-        "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason(reason)}],
+        "choices": [{"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish_reason(reason)}],
         "usage": usage(stats),
         "system_fingerprint": None,
         "speculation": speculation(stats),
     }
 
 
-def chat_chunk(id: str, created: int, model: str, delta: dict[str, Any], reason: str | None, include_usage: bool) -> dict[str, Any]:
+def chat_chunk(
+    id: str, created: int, model: str, delta: dict[str, Any], reason: str | None, include_usage: bool,
+    logprobs: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """One chunk of a streamed chat completion; `usage` is null on all but the usage chunk."""
     chunk: dict[str, Any] = {
         "id": id,
         "object": "chat.completion.chunk",
         "created": created,
         "model": model,
-        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason and finish_reason(reason)}],
+        "choices": [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": reason and finish_reason(reason)}],
         "system_fingerprint": None,
     }
     if include_usage:
@@ -202,13 +198,16 @@ def chat_chunk(id: str, created: int, model: str, delta: dict[str, Any], reason:
     return chunk
 
 
-def completion_chunk(id: str, created: int, model: str, text: str, reason: str | None, include_usage: bool) -> dict[str, Any]:
+def completion_chunk(
+    id: str, created: int, model: str, text: str, reason: str | None, include_usage: bool,
+    logprobs: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     chunk: dict[str, Any] = {
         "id": id,
         "object": "text_completion",
         "created": created,
         "model": model,
-        "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": reason and finish_reason(reason)}],
+        "choices": [{"index": 0, "text": text, "logprobs": logprobs, "finish_reason": reason and finish_reason(reason)}],
         "system_fingerprint": None,
     }
     if include_usage:

@@ -1,7 +1,8 @@
 """Validation fuzzing of the gateway over HTTP (the HTTP target beside tests/integration/test_fuzz.py).
 
-Hypothesis builds request bodies for both generation endpoints: OpenAI's fields and our
-extensions with values of every JSON type (numbers out of range, NaN spelled as JSON allows
+Hypothesis builds request bodies for both generation endpoints: OpenAI's fields (penalties,
+logit_bias, logprobs, response_format among them) and our extensions (structured_outputs too)
+with values of every JSON type (numbers out of range, NaN spelled as JSON allows
 Python to, nested junk), plus bodies that are not JSON or not objects. Every case must end with
 a status within its timeout: never a 5xx (an unhandled error) and never a hang; every error is
 OpenAI's error JSON. Valid cases are kept cheap (at most 2 new tokens). Fixed seed, bounded count.
@@ -36,17 +37,28 @@ speculation = st.fixed_dictionaries({}, optional={
     "drafter": junk, "num_draft_tokens": st.integers(-2, 20) | junk, "max_tree_nodes": st.integers(-2, 40),
     "draft_policy": junk, "overlap": junk, "acceptance": junk, "depth": junk,
 })
+logit_bias = st.dictionaries(st.integers(-3, 60000).map(str) | st.text(max_size=4), st.floats(-150, 150) | junk, max_size=3)
+schema = st.sampled_from([{}, {"type": "object"}, {"type": "integer"}, {"type": "bogus"}, {"enum": ["a", "b"]}, {"$ref": "#/nope"}]) | junk
+response_format = st.fixed_dictionaries({"type": st.sampled_from(["text", "json_object", "json_schema", "xml"]) | junk}, optional={
+    "json_schema": st.fixed_dictionaries({"schema": schema}, optional={"name": junk, "strict": junk}) | junk})
+structured_outputs = st.fixed_dictionaries({}, optional={
+    "json": schema, "regex": st.sampled_from(["[a-z]+", "(?=a)b", "(", "x{2}"]) | junk,
+    "grammar": st.sampled_from(['start: "x"', "start: nope", "root ::= [0-9]"]) | junk, "choice": junk,
+})
 shared = {
     "model": st.sampled_from(["SmolLM2-135M-Instruct", "gpt-4o"]) | junk, "max_tokens": st.integers(-2, 2) | junk,
     "temperature": junk, "top_p": junk, "top_k": junk, "seed": junk, "stop": junk, "n": st.integers(-1, 3) | junk,
-    "stream": st.booleans() | junk, "stream_options": junk, "user": junk, "frequency_penalty": junk, "logit_bias": junk,
-    "speculation": speculation | junk, "unknown_field": junk,
+    "stream": st.booleans() | junk, "stream_options": junk, "user": junk, "speculation": speculation | junk, "unknown_field": junk,
+    "frequency_penalty": st.floats(-3, 3) | junk, "presence_penalty": st.floats(-3, 3) | junk, "repetition_penalty": st.floats(-1, 11) | junk,
+    "min_tokens": st.integers(-2, 3) | junk, "logit_bias": logit_bias | junk, "response_format": response_format | junk,
+    "structured_outputs": structured_outputs | junk,
 }
 chat = st.fixed_dictionaries({"messages": st.lists(message, max_size=3) | junk},
-                             optional={**shared, "max_completion_tokens": st.integers(-1, 2) | junk, "logprobs": junk,
-                                       "response_format": junk, "tools": junk})
+                             optional={**shared, "max_completion_tokens": st.integers(-1, 2) | junk,
+                                       "logprobs": st.booleans() | junk, "top_logprobs": st.integers(-1, 21) | junk, "tools": junk})
 completion = st.fixed_dictionaries({"prompt": st.text(max_size=20) | st.lists(st.integers(-5, 60000), max_size=4) | junk},
-                                   optional={**shared, "echo": junk, "best_of": junk, "suffix": junk})
+                                   optional={**shared, "echo": junk, "best_of": junk, "suffix": junk,
+                                             "logprobs": st.integers(-1, 6) | junk})
 
 
 def cheap(body: object) -> object:

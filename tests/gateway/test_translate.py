@@ -3,6 +3,8 @@ errors, pydantic's errors to the field the client wrote. No servers."""
 
 from __future__ import annotations
 
+import json
+
 import grpc
 import pytest
 from pydantic import ValidationError
@@ -56,12 +58,11 @@ def test_defaults_leave_the_drafter_its_own() -> None:
     "body, param",
     [
         ({"n": 5}, "n"),
-        ({"frequency_penalty": 0.5}, "frequency_penalty"),
-        ({"presence_penalty": -1}, "presence_penalty"),
-        ({"logit_bias": {"42": 3}}, "logit_bias"),
-        ({"logprobs": True}, "logprobs"),
-        ({"top_logprobs": 2}, "top_logprobs"),
-        ({"response_format": {"type": "json_object"}}, "response_format"),
+        ({"logit_bias": {"the": 3}}, "logit_bias"),
+        ({"logit_bias": {"-1": 3}}, "logit_bias"),
+        ({"response_format": {"type": "json_schema"}}, "response_format.json_schema"),
+        ({"response_format": {"type": "json_object"}, "structured_outputs": {"regex": "a+"}}, "structured_outputs.regex"),
+        ({"structured_outputs": {"regex": "a+", "grammar": "start: \"a\""}}, "structured_outputs.grammar"),
         ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
         ({"stream_options": {"include_usage": True}}, "stream_options"),
         ({"speculation": {"acceptance": "lenient:half"}}, "speculation.acceptance"),
@@ -76,11 +77,67 @@ def test_unsupported_chat_fields_are_refused_by_name(body: dict, param: str) -> 
 
 
 @pytest.mark.parametrize("body, param", [({"echo": True}, "echo"), ({"best_of": 3}, "best_of"), ({"suffix": "x"}, "suffix"),
-                                         ({"prompt": ["a", "b"]}, "prompt"), ({"logprobs": 2}, "logprobs")])
+                                         ({"prompt": ["a", "b"]}, "prompt"), ({"logprobs": 6}, "logprobs"),
+                                         ({"logprobs": -1}, "logprobs")])
 def test_unsupported_completion_fields_are_refused_by_name(body: dict, param: str) -> None:
     with pytest.raises(OpenAIError) as caught:
         completion_request(CompletionRequest.model_validate({"prompt": "x", **body}), 16)
     assert (caught.value.status, caught.value.param) == (400, param)
+
+
+def test_output_fields_map_to_the_constraint_penalties_and_logprobs() -> None:
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+    body = ChatCompletionRequest.model_validate({
+        "messages": USER, "response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": schema, "strict": True}},
+        "logprobs": True, "top_logprobs": 3, "frequency_penalty": 0.5, "presence_penalty": -1, "logit_bias": {"42": -100, "7": 2.5},
+        "repetition_penalty": 1.2, "min_tokens": 4,
+    })
+    r = chat_request(body, 16).request
+    assert json.loads(r.constraint.json_schema) == schema and r.logprobs and r.top_logprobs == 3
+    p = r.penalties
+    assert (p.frequency_penalty, p.presence_penalty, round(p.repetition_penalty, 6), p.min_tokens) == (0.5, -1, 1.2, 4)
+    assert dict(zip(p.logit_bias_token_ids, p.logit_bias_values)) == {42: -100, 7: 2.5}
+    plain = chat_request(ChatCompletionRequest.model_validate({"messages": USER, "response_format": {"type": "text"}}), 16).request
+    assert not plain.HasField("constraint") and not plain.HasField("penalties") and not plain.logprobs
+    any_object = chat_request(ChatCompletionRequest.model_validate({"messages": USER, "response_format": {"type": "json_object"}}), 16)
+    assert json.loads(any_object.request.constraint.json_schema) == {"type": "object"}
+    for extension, kind in (({"json": schema}, "json_schema"), ({"json": json.dumps(schema)}, "json_schema"),
+                            ({"regex": "[0-9]+"}, "regex"), ({"grammar": 'start: "x"'}, "grammar")):
+        t = completion_request(CompletionRequest.model_validate({"prompt": "x", "structured_outputs": extension}), 16)
+        assert t.request.constraint.WhichOneof("kind") == kind
+        assert t.rules.renames[f"constraint.{kind}"] == f"structured_outputs.{next(iter(extension))}"
+    legacy = completion_request(CompletionRequest.model_validate({"prompt": "x", "logprobs": 0}), 16).request
+    assert legacy.logprobs and legacy.top_logprobs == 0
+    assert not completion_request(CompletionRequest.model_validate({"prompt": "x"}), 16).request.logprobs
+
+
+@pytest.mark.parametrize(
+    "details, body, param",
+    [
+        ("penalties.frequency_penalty: must be in [-2, 2], got 3.0", {"messages": USER}, "frequency_penalty"),
+        ("penalties.logit_bias_token_ids: token id 99999 is outside the vocabulary", {"messages": USER}, "logit_bias"),
+        ("penalties.logit_bias_values: must be in [-100, 100]", {"messages": USER}, "logit_bias"),
+        ("penalties.repetition_penalty: must be in (0, 10]", {"messages": USER}, "repetition_penalty"),
+        ("top_logprobs: must be in [0, 20], got 21", {"messages": USER}, "top_logprobs"),
+        ("top_logprobs: must be in [0, 20], got 21", {"prompt": "x"}, "logprobs"),
+        ("constraint.json_schema: unknown type", {"messages": USER, "response_format": {"type": "json_schema", "json_schema": {"schema": {}}}},
+         "response_format.json_schema.schema"),
+        ("constraint.regex: look-around is not supported", {"prompt": "x", "structured_outputs": {"regex": "(?=a)"}},
+         "structured_outputs.regex"),
+    ],
+)
+def test_drafter_names_of_output_fields_become_the_clients(details: str, body: dict, param: str) -> None:
+    t = chat_request(ChatCompletionRequest.model_validate(body), 16) if "messages" in body else \
+        completion_request(CompletionRequest.model_validate(body), 16)
+    error = from_rpc_error(rpc_error(grpc.StatusCode.INVALID_ARGUMENT, details), t.prompt_field, t.max_tokens_field, t.rules.renames)
+    assert (error.status, error.param) == (400, param) and error.message.startswith(f"{param}: ")
+
+
+def test_a_constraint_too_expensive_to_compile_is_a_400() -> None:
+    t = completion_request(CompletionRequest.model_validate({"prompt": "x", "structured_outputs": {"grammar": "start: x"}}), 16)
+    details = "constraint.grammar: too expensive to compile"
+    error = from_rpc_error(rpc_error(grpc.StatusCode.RESOURCE_EXHAUSTED, details), "prompt", "max_tokens", t.rules.renames)
+    assert (error.status, error.param) == (400, "structured_outputs.grammar")
 
 
 @pytest.mark.parametrize(
