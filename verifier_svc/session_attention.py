@@ -15,7 +15,7 @@ attention is what its lone pass computes, for any architecture whose attention m
 5.x). Padding query rows get zeros: no real row reads them.
 
 The pass selects SESSION_ATTENTION by setting `_attn_implementation` on every config its
-modules read, and restores each on exit: passes run on one thread (as attention_kernels'
+modules read, and restores each on exit: passes run on one thread (as the CUDA backend's
 process-wide flags already require).
 """
 

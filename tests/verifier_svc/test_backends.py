@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # The general path: sessions, trees, acceptance, scheduling, the passes themselves.
 GENERAL = (
     "target_model.py", "batched_pass.py", "session.py", "scheduler.py", "acceptance.py", "token_tree.py",
-    "kv_cache.py", "layer_masks.py", "servicer.py", "server.py", "sampling.py",
+    "kv_cache.py", "layer_masks.py", "session_attention.py", "round_input.py", "servicer.py", "server.py", "sampling.py",
 )
 
 

@@ -13,7 +13,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 from transformers import AutoModelForCausalLM, LlamaConfig
 
-from verifier_svc.attention import attention_implementation
+from verifier_svc.backends import attention_for
 from verifier_svc.batched_pass import PassInput, score_batch
 from verifier_svc.kv_cache import KVCache, kv_bytes_per_token
 from verifier_svc.target_model import TargetModel
@@ -28,7 +28,7 @@ CONFIG = LlamaConfig(
 
 def tiny_target() -> TargetModel:
     torch.manual_seed(0)
-    implementation = attention_implementation(CONFIG, torch.device("cpu"))
+    implementation = attention_for(CONFIG, torch.device("cpu"))
     model = AutoModelForCausalLM.from_config(CONFIG, attn_implementation=implementation, dtype=torch.float32).eval()
     return TargetModel(model, "tiny")
 
