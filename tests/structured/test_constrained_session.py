@@ -8,7 +8,6 @@ test_validity.py."""
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -21,7 +20,7 @@ from specdec.output_constraint import OutputConstraint
 from specdec.penalties import Penalties
 from specdec.sampling_params import SamplingParams
 from tests.structured.reference import (
-    CONSTRAINTS, FrequencyPresenceProcessor, GrammarLogitsProcessor, masked_distribution, tiny_model,
+    CONSTRAINTS, FrequencyPresenceProcessor, GrammarLogitsProcessor, masked_distribution,
 )
 from verifier_svc.acceptance import verify_speculative
 from verifier_svc.constraints import tree_masks
@@ -31,30 +30,12 @@ from verifier_svc.session import Session
 from verifier_svc.target_model import TargetModel
 from verifier_svc.token_tree import ROOT, build_tree
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 LIMITS = Limits(max_draft_tokens=16, max_draft_depth=8, context_length=512)
 GREEDY = SamplingParams(temperature=0.0)
 PROMPT = [1, 504, 2483, 314, 5019, 28]
 EMPTY_TREE = build_tree([], [])
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread() -> Iterator[None]:
-    """The tiny model's passes and the [rows, vocab] ops are too small to share out: on a busy
-    2-core machine two threads spend most of their time waiting for each other (20x slower)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="module")
-def compiler(tokenizer) -> GrammarCompiler:  # type: ignore[no-untyped-def]
-    return GrammarCompiler(tokenizer.to_json(), tokenizer.eos_token_ids, tokenizer.vocab_size)
-
-
-@pytest.fixture(scope="module")
-def tiny(tokenizer) -> TargetModel:  # type: ignore[no-untyped-def]
-    return TargetModel(tiny_model(tokenizer.vocab_size), "tiny")
 
 
 def session(target: TargetModel, compiler: GrammarCompiler, constraint: OutputConstraint | None, sampling: SamplingParams,

@@ -17,11 +17,6 @@ from specdec.output_constraint import OutputConstraint
 SCHEMA = {"type": "object", "properties": {"city": {"enum": ["Paris", "Rome"]}}, "required": ["city"], "additionalProperties": False}
 
 
-@pytest.fixture(scope="module")
-def compiler(tokenizer) -> GrammarCompiler:  # type: ignore[no-untyped-def]
-    return GrammarCompiler(tokenizer.to_json(), tokenizer.eos_token_ids, tokenizer.vocab_size)
-
-
 def drafts(compiler: GrammarCompiler, constraint: OutputConstraint, seed: int = 0) -> GrammarDrafts:
     return GrammarDrafts(compiler, compiler.matcher(constraint, "constraint"), frozenset([2]), seed)
 

@@ -3,10 +3,8 @@ its constraint has consumed the generated tokens and its penalties count them as
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 
 import pytest
-import torch
 
 from specdec.grammar import GrammarCompiler
 from specdec.penalties import Penalties
@@ -17,17 +15,11 @@ from verifier_svc.round_input import Limits, RoundInput
 from verifier_svc.session import Session
 from verifier_svc.target_model import TargetModel
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 LIMITS = Limits(max_draft_tokens=16, max_draft_depth=8, context_length=512)
 PROMPT = [1, 504, 2483, 314, 5019, 28]
 PENALTIES = Penalties(repetition_penalty=1.3, frequency_penalty=0.5, presence_penalty=0.25)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny passes: see test_constrained_session.one_thread
-    yield
-    torch.set_num_threads(threads)
 
 
 def greedy(target: TargetModel, compiler: GrammarCompiler, prompt: list[int], generated: int, steps: int) -> list[int]:

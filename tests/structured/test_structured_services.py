@@ -38,11 +38,6 @@ LOGPROB_ATOL = 1e-4
 
 
 @pytest.fixture(scope="module")
-def compiler(tokenizer) -> GrammarCompiler:  # type: ignore[no-untyped-def]
-    return GrammarCompiler(tokenizer.to_json(), tokenizer.eos_token_ids, tokenizer.vocab_size)
-
-
-@pytest.fixture(scope="module")
 def prompt_ids(tokenizer) -> list[int]:  # type: ignore[no-untyped-def]
     return tokenizer.encode_chat([{"role": "user", "content": PROMPT}])
 

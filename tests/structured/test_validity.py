@@ -17,7 +17,6 @@ import json
 import os
 import re
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import jsonschema
@@ -29,12 +28,14 @@ from drafter_svc.drafter import ROOT, Draft
 from drafter_svc.grammar_drafts import GrammarDrafts, graft
 from specdec.grammar import GrammarCompiler
 from specdec.sampling_params import SamplingParams
-from tests.structured.reference import CONSTRAINTS, SCHEMAS, tiny_model
+from tests.structured.reference import CONSTRAINTS, SCHEMAS
 from verifier_svc.batched_pass import PassInput, score_batch
 from verifier_svc.output_rules import OutputOptions
 from verifier_svc.round_input import Limits, RoundInput
 from verifier_svc.session import Session
 from verifier_svc.target_model import TargetModel
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 EOS = 2
 PROMPT = [1, 504, 2483, 314, 5019, 28]
@@ -44,25 +45,6 @@ BATCH = 100  # sessions per batched pass
 SAMPLED_DEPTH = 3  # sampled draft nodes per round, below the forced ones
 Q_SUPPORT = 6  # tokens in each sampled node's q: allowed ones and a disallowed one
 FULL_COUNT_ENV = "SPECDEC_VALIDITY_FULL"
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread() -> Iterator[None]:
-    """The tiny model's passes are too small to share out over the 2 busy cores."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="module")
-def compiler(tokenizer) -> GrammarCompiler:  # type: ignore[no-untyped-def]
-    return GrammarCompiler(tokenizer.to_json(), tokenizer.eos_token_ids, tokenizer.vocab_size)
-
-
-@pytest.fixture(scope="module")
-def tiny(tokenizer) -> TargetModel:  # type: ignore[no-untyped-def]
-    return TargetModel(tiny_model(tokenizer.vocab_size), "tiny")
 
 
 @dataclass
