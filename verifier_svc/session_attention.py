@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -84,12 +85,19 @@ class _ActivePass:
 _active: ContextVar[_ActivePass | None] = ContextVar("specdec_session_pass", default=None)
 
 
+# Per model, the configs its modules read: found once, not by walking every module each pass.
+_MODEL_CONFIGS: weakref.WeakKeyDictionary[PreTrainedModel, dict[int, PretrainedConfig]] = weakref.WeakKeyDictionary()
+
+
 def _configs(model: PreTrainedModel) -> dict[int, PretrainedConfig]:
-    found = {id(model.config): model.config}
-    for module in model.modules():
-        config = getattr(module, "config", None)
-        if isinstance(config, PretrainedConfig):
-            found[id(config)] = config
+    found = _MODEL_CONFIGS.get(model)
+    if found is None:
+        found = {id(model.config): model.config}
+        for module in model.modules():
+            config = getattr(module, "config", None)
+            if isinstance(config, PretrainedConfig):
+                found[id(config)] = config
+        _MODEL_CONFIGS[model] = found
     return found
 
 
