@@ -58,6 +58,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--decode-tokens", type=int, default=64, help="tokens of plain decoding timed")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--no-services", action="store_true", help="skip plain decoding through the services")
+    p.add_argument("--no-graphs", action="store_true", help="on CUDA, run every pass eagerly (the verifier's --cuda-graphs false)")
     p.add_argument("--json", type=Path, default=None, help="also write the results here")
     return p.parse_args(argv)
 
@@ -129,7 +130,7 @@ def plain_decode_through_services(args: argparse.Namespace) -> dict[str, float]:
     from specdec.launcher import LocalCluster
 
     prompt = "Write a short story about a lighthouse keeper who finds a message in a bottle."
-    verifier = ["--model", args.model, "--device", args.device, "--dtype", args.dtype]
+    verifier = ["--model", args.model, "--device", args.device, "--dtype", args.dtype, "--cuda-graphs", str(not args.no_graphs).lower()]
     with tempfile.TemporaryDirectory() as logs, LocalCluster(Path(logs), verifier_args=verifier, drafter_args=["--drafter", "copy"]) as c:
         with Client(c.address) as client:
             client.generate(prompt, max_new_tokens=8, num_draft_tokens=0)  # warm-up
@@ -167,7 +168,7 @@ def pass_curve(target: TargetModel, batches: Sequence[int], context: int, max_ne
 def report(args: argparse.Namespace, results: dict) -> str:
     floor = results["floor"]
     lines = [
-        f"# Engine profile: {args.model} on {args.device}, {args.dtype}",
+        f"# Engine profile: {args.model} on {args.device}, {args.dtype}" + (", CUDA graphs off" if args.no_graphs and args.device != "cpu" else ""),
         "",
         f"machine: {results['machine']['cpu_model']}, {results['machine']['usable_cpus']} usable CPUs, torch {results['machine']['torch']}, "
         f"commit {results['machine']['git_commit']}; {args.context} cached tokens a session; medians of {args.repeats}",
@@ -200,7 +201,7 @@ def main(argv: Sequence[str]) -> int:
     args = parse_args(argv)
     torch.manual_seed(0)
     # Loaded, warmed and tuned as the verifier service does it.
-    target, _ = load_target(VerifierSettings(model=args.model, device=args.device, dtype=args.dtype))
+    target, _ = load_target(VerifierSettings(model=args.model, device=args.device, dtype=args.dtype, cuda_graphs=not args.no_graphs))
     model = target.model
     results: dict = {"machine": describe(), "args": {k: str(v) for k, v in vars(args).items()}}
     bandwidth = read_bandwidth(args.device)

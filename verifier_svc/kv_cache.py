@@ -19,10 +19,16 @@ from transformers.cache_utils import DynamicLayer
 MIN_SPARE_SLOTS = 64
 
 
-def kv_bytes_per_token(config: PretrainedConfig, dtype: torch.dtype) -> int:
-    """Bytes one cached token takes: layers x KV heads x head_dim x 2 (keys, values) x dtype size."""
+def kv_shape(config: PretrainedConfig) -> tuple[int, int]:
+    """(KV heads, head_dim) of each layer's cached keys and values."""
     heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    return heads, head_dim
+
+
+def kv_bytes_per_token(config: PretrainedConfig, dtype: torch.dtype) -> int:
+    """Bytes one cached token takes: layers x KV heads x head_dim x 2 (keys, values) x dtype size."""
+    heads, head_dim = kv_shape(config)
     return config.num_hidden_layers * heads * head_dim * 2 * dtype.itemsize
 
 
@@ -54,18 +60,50 @@ class GrowableLayer(DynamicLayer):
         self.keys, self.values = keys[..., :end, :], values[..., :end, :]
         return self.keys, self.values
 
+    def adopt(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+        """Hold this (empty) layer's entries at the front of these buffers from now on."""
+        self.device, self.is_initialized = keys.device, True
+        self._buffers = (keys, values)
+        self.keys, self.values = keys[..., :0, :], values[..., :0, :]
+
+    def written_to(self, end: int) -> None:
+        """The buffers hold entries up to `end`, written there by a pass that did not call update."""
+        assert self._buffers is not None and end <= self._buffers[0].shape[-2]
+        self.keys, self.values = self._buffers[0][..., :end, :], self._buffers[1][..., :end, :]
+
+    def buffers(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        return self._buffers if self.is_initialized else None
+
 
 class KVCache:
     """Keys and values of the tokens a session has committed, in sequence order: every entry in
     every layer, sliding-window layers included (a pass's mask applies each layer's window:
     layer_masks.py), so a cached entry's slot is its position."""
 
-    def __init__(self, config: PretrainedConfig) -> None:
+    def __init__(self, config: PretrainedConfig, storage: Sequence[tuple[torch.Tensor, torch.Tensor]] = ()) -> None:
+        """`storage`: per layer, keys and values buffers to keep the entries in (a device's
+        preallocated slot: static_pass.CacheSlot); by default each layer allocates its own."""
         self.cache = DynamicCache(config=config)
         self.cache.layers = [GrowableLayer() for _ in self.cache.layers]
+        self.storage = list(storage)
+        for layer, (keys, values) in zip(self.cache.layers, self.storage):
+            layer.adopt(keys, values)
 
     def __len__(self) -> int:
         return self.cache.get_seq_length()
+
+    def in_storage(self) -> bool:
+        """Whether every layer still keeps its entries in the `storage` it was given (a layer
+        that outgrows it moves to buffers of its own)."""
+        return bool(self.storage) and all(
+            layer.buffers() is not None and layer.buffers()[0] is keys for layer, (keys, _) in zip(self.cache.layers, self.storage)
+        )
+
+    def written_to(self, length: int) -> None:
+        """Every layer's storage holds entries up to `length`, written there by a pass that did
+        not go through the layers' update (a static pass)."""
+        for layer in self.cache.layers:
+            layer.written_to(length)
 
     def truncate(self, length: int) -> None:
         """Drop every entry at position >= length (the rejected drafts of a round)."""

@@ -45,12 +45,13 @@ def load_target(config: VerifierSettings) -> tuple[TargetModel, Tokenizer]:
     if config.torch_threads:
         torch.set_num_threads(config.torch_threads)
     model, folder = open_model(config.model, config.device, resolve_dtype(config.dtype, config.device), config.device_map)
-    target = TargetModel(model, name=served_name(config.model))
+    target = TargetModel(model, name=served_name(config.model), graphs=config.cuda_graphs)
     tokenizer = Tokenizer(folder)
     limits = Limits(max_draft_tokens=3, max_draft_depth=2, context_length=target.context_length)
     warm = Session(target, tokenizer.encode("Hello"), SamplingParams(temperature=0.0), seed=0, limits=limits)
     for round_ in ([], [], [1, 2, 3], [1, 2, 3]):  # plain steps, then a small tree (two branches)
         warm.verify(RoundInput.point_masses(round_, [-1, 0, -1] if round_ else []))
+    target.backend.prepare(target)
     if config.tune_pass_sizes:
         seconds = target.tune_pass_sizes()
         if seconds:

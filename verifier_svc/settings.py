@@ -43,7 +43,11 @@ class VerifierSettings:
     prefix_cache_tokens: int = field(default=8192, metadata={"group": "performance", "help": "prompt tokens whose keys/values are kept for reuse by later sessions (0: off)"})
     tune_pass_sizes: bool = field(
         default=True,
-        metadata={"group": "performance", "help": "on CPU, time passes of 1-16 tokens at start in both linear layouts (~8 s), keep the faster layout (linear_layout.py) and pad each lone pass to the fastest size at or above its own (pass_sizes.py)"},
+        metadata={"group": "performance", "help": "time lone passes of 1-16 tokens at start; on CPU in both linear layouts (~8 s), keeping the faster layout (linear_layout.py) and padding each lone pass to the fastest size at or above its own (pass_sizes.py)"},
+    )
+    cuda_graphs: bool = field(
+        default=True,
+        metadata={"group": "performance", "help": "on CUDA, record lone passes of up to 64 tokens as CUDA graphs at start (8 sessions at a time, up to 4096 cached tokens each) and replay them"},
     )
     cpus: str = field(default="", metadata={"group": "performance", "help": "CPU list to pin this process to, e.g. 0 or 0-1,3 (empty: all it may use)"})
     torch_threads: int = field(default=0, metadata={"group": "performance", "help": "torch intra-op threads (0: one per --cpus CPU if pinned, else torch's default)"})

@@ -23,7 +23,8 @@ class TargetModel:
     the model computes after its decoder, whatever it applies there (logit scaling, soft caps).
     """
 
-    def __init__(self, model: PreTrainedModel, name: str) -> None:
+    def __init__(self, model: PreTrainedModel, name: str, graphs: bool = True) -> None:
+        """`graphs`: let the backend replay lone passes as recorded graphs where it can (CUDA)."""
         self.model = model
         self.name = name
         self.device = next(model.parameters()).device
@@ -32,7 +33,7 @@ class TargetModel:
         self.context_length: int = model.config.max_position_embeddings
         self.layers = layer_windows(model.config)
         # What only this device kind needs (kernels, layouts, padding, tuning): backends/.
-        self.backend: Backend = backend_for(model)
+        self.backend: Backend = backend_for(model, graphs)
         # pass_tokens[r - 1]: the tokens a lone pass of r real tokens runs with (padding the
         # rest); past its end, r itself.
         self.pass_tokens: list[int] = [1]
@@ -51,7 +52,8 @@ class TargetModel:
         return self.backend.kernels()
 
     def new_cache(self) -> KVCache:
-        return KVCache(self.model.config)
+        """A new session's empty cache (where its entries live is the backend's choice)."""
+        return self.backend.new_cache()
 
     @torch.inference_mode()
     def score(self, cache: KVCache, pending: Sequence[int], tree: TokenTree) -> torch.Tensor:
@@ -59,7 +61,7 @@ class TargetModel:
         tree's root) and the tree's n nodes to the cache in ONE forward pass with the tree mask
         (within each layer's window: layer_masks.py). Return [n+1, vocab] float32 logits on the CPU: row 0 after the root, row i+1 after node i.
 
-        Only those rows go through the output head. A pass may be padded (to pass_tokens[real -
+        Only those rows go through the output head (on a backend's static pass, all rows do). A pass may be padded (to pass_tokens[real -
         1] tokens: pass_sizes.py) with tokens no real token attends to. The cache grows by
         exactly len(pending) + n entries: the pending tokens, then the nodes in node order (see
         KVCache.keep for keeping one path).
@@ -69,6 +71,13 @@ class TargetModel:
         mask = tree_attention_mask(tree, start, len(pending))  # [real, start + real]
         positions = tree_position_ids(tree, start, len(pending))  # [real]
         ids = [*pending, *tree.tokens.tolist()]
+        runner = self.backend.lone_pass(cache, start, real)
+        if runner is not None:  # a pass of fixed shapes, perhaps recorded (static_pass.py)
+            with self.kernels():
+                runner.static.load(ids, positions, mask, start)
+                logits = runner.run()[0, len(pending) - 1 : real].float().cpu()
+            cache.written_to(start + real)
+            return logits
         size = self.pass_tokens[real - 1] if real <= len(self.pass_tokens) else real
         padding = size - real if start + size <= self.context_length else 0
         if padding:  # padding sees the cache and itself; no real token sees it

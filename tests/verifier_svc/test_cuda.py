@@ -13,6 +13,8 @@ What holds on the GPU as on the CPU:
   In bfloat16 two kernels that sum in another order break near ties either way (generate()
   scores one token per pass, we score trees under a mask): there a divergence is allowed only
   where the reference's own logits of the two tokens are within GREEDY_TIE (printed);
+- lone passes replay CUDA graphs (the default: backends/cuda.py) and give the logits of the same
+  passes run eagerly, at every recorded size, with padding rows, across keep() of tree paths;
 - speculative sampling is exact: the first emitted token over 2,000 seeds follows p (chi-square,
   with the bound and power checks of tests/integration/test_exactness_end_to_end.py), and so
   does the exponential race's (its `exact` case: seeded sessions under the exact rule).
@@ -33,11 +35,12 @@ from specdec.sampling_params import SamplingParams
 from tests.integration.prompts import CHAT_PROMPTS, TEXT_PROMPTS
 from tests.integration.test_exactness_end_to_end import ALPHA, CASES, SAMPLES, TEMPERATURE, TOP_K, chi_square_p_value, target_distribution
 from tests.verifier_svc import test_batched_pass as batched
+from verifier_svc.backends.cuda_graphs import GraphRunner
 from verifier_svc.batched_pass import PassInput, score_batch
 from verifier_svc.model_loader import load_model, model_dir
 from verifier_svc.session import Limits, RoundInput, Session
 from verifier_svc.target_model import TargetModel
-from verifier_svc.token_tree import ROOT, build_tree
+from verifier_svc.token_tree import ROOT, build_tree, chain
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (torch.cuda.is_available() is False)")
 
@@ -123,6 +126,33 @@ def test_tree_pass_equals_sequential_scoring(target: TargetModel, tokenizer) -> 
           f"vs the parent's logits at least {nearest_wrong:.2f}")
     assert worst < tol
     assert nearest_wrong > 2 * tol
+
+
+def test_graph_replays_give_the_eager_logits(target: TargetModel, tokenizer) -> None:  # type: ignore[no-untyped-def]
+    """One session in a graph slot against the same rounds on a target without graphs: trees of
+    0-40 nodes (the recorded sizes 1-64, padded), a path kept after each; the prefill (over 64
+    tokens) runs eagerly on both."""
+    eager = TargetModel(target.model, target.name, graphs=False)
+    assert target.backend.passes is not None and eager.backend.lone_pass(eager.new_cache(), 0, 1) is None
+    rng = random.Random(5)
+    prompt = tokenizer.encode(" ".join(TEXT_PROMPTS))[:100]
+    graphed, plain = target.new_cache(), eager.new_cache()
+    assert graphed.in_storage()
+    for t, cache in ((target, graphed), (eager, plain)):
+        t.score(cache, prompt, chain([]))
+    replays, worst = GraphRunner.replays, 0.0
+    for n in (0, 1, 3, 6, 12, 25, 40):
+        tokens, parents = random_tree(rng, prompt, n)
+        pending = [rng.choice(prompt)]
+        ours = target.score(graphed, pending, build_tree(tokens, parents))
+        theirs = eager.score(plain, pending, build_tree(tokens, parents))
+        worst = max(worst, (ours - theirs).abs().max().item())
+        for cache in (graphed, plain):
+            cache.keep(len(cache) - n, [0] if n else [])
+    print(f"\n{target.dtype}: graph replays vs eager passes max |logit diff| {worst:.2e}; {GraphRunner.recorded} graphs recorded")
+    assert GraphRunner.replays == replays + 7, "every round replayed a graph"
+    assert graphed.in_storage() and len(graphed) == len(plain)
+    assert worst < LOGIT_ATOL[target.dtype]
 
 
 def test_batched_pass_equals_unbatched(target: TargetModel, tokenizer) -> None:  # type: ignore[no-untyped-def]

@@ -2,7 +2,8 @@
 
 Everything only one kind of device needs around the model's own forward lives behind a
 `Backend` (base.py): the attention implementation a model loads with, the kernels a pass runs
-in, the rows a batched pass is padded to, thread settings and start-up tuning. TargetModel and
+in, the rows a batched pass is padded to, where sessions' caches live and how a lone pass runs
+(recorded graphs on CUDA), thread settings and start-up tuning. TargetModel and
 the general path (sessions, trees, acceptance, scheduling) call the backend and never ask which
 device they run on; `backend_for` is the one place that does.
 """
@@ -32,6 +33,8 @@ def attention_for(config: PretrainedConfig, device: torch.device | str) -> str:
     return backend_class(device).attention_implementation(config)
 
 
-def backend_for(model: torch.nn.Module) -> Backend:
-    """The backend of a loaded model, on the device of its first parameter."""
-    return backend_class(next(model.parameters()).device)(model)
+def backend_for(model: torch.nn.Module, graphs: bool = True) -> Backend:
+    """The backend of a loaded model, on the device of its first parameter. `graphs`: on CUDA,
+    replay lone passes as recorded graphs (backends/cuda.py)."""
+    kind = backend_class(next(model.parameters()).device)
+    return CudaBackend(model, graphs=graphs) if kind is CudaBackend else kind(model)

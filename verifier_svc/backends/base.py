@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Protocol
 from transformers import PretrainedConfig
 
 if TYPE_CHECKING:
+    from verifier_svc.kv_cache import KVCache
+    from verifier_svc.static_pass import PassRunner
     from verifier_svc.target_model import TargetModel
 
 
@@ -28,6 +30,19 @@ class Backend(Protocol):
 
     def kernels(self) -> contextlib.AbstractContextManager:
         """The context every pass runs in (kernel choices, layouts); passes run on one thread."""
+        ...
+
+    def new_cache(self) -> KVCache:
+        """An empty KV cache for a new session (in storage the backend keeps, where it keeps any)."""
+        ...
+
+    def lone_pass(self, cache: KVCache, start: int, real: int) -> PassRunner | None:
+        """The runner of a lone pass of `real` tokens after `start` cached ones where the backend
+        has one (a recorded graph: static_pass.py); None: the model's forward, as it is."""
+        ...
+
+    def prepare(self, target: TargetModel) -> None:
+        """Make, before the verifier serves, what its passes will need (CUDA: record graphs)."""
         ...
 
     def tune(self, target: TargetModel, context_tokens: int, max_tokens: int, repeats: int) -> list[float]:

@@ -11,6 +11,7 @@ from transformers import PretrainedConfig
 
 from verifier_svc.attention import GROUPED_SDPA, sdpa_or_eager
 from verifier_svc.backends.cpu_tuning import tune_pass_sizes
+from verifier_svc.backends.generic import GenericBackend
 from verifier_svc.linear_layout import linear_switch
 
 if TYPE_CHECKING:
@@ -24,14 +25,14 @@ if TYPE_CHECKING:
 CPU_MIN_PASS_TOKENS = 4
 
 
-class CpuBackend:
+class CpuBackend(GenericBackend):
     """The model's nn.Linear layers made switchable (linear_layout.py); weight first until
     tuning times F.linear faster."""
 
     kind = "cpu"
 
     def __init__(self, model: torch.nn.Module) -> None:
-        self.model = model
+        super().__init__(model)
         self.linear_switch = linear_switch(model)
         self.weight_first = True
 

@@ -1,12 +1,23 @@
-"""The CUDA backend: SDPA without cuDNN's attention; nothing padded or tuned at start."""
+"""The CUDA backend: SDPA without cuDNN's attention; lone passes replayed as CUDA graphs."""
 
 from __future__ import annotations
 
 import contextlib
+import time
+from typing import TYPE_CHECKING
 
+import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from verifier_svc.backends.cuda_graphs import GraphRunner
 from verifier_svc.backends.generic import GenericBackend
+from verifier_svc.kv_cache import KVCache
+from verifier_svc.layer_masks import layer_windows
+from verifier_svc.static_pass import PassRunner, SlotPasses, StaticPass
+from verifier_svc.token_tree import chain
+
+if TYPE_CHECKING:
+    from verifier_svc.target_model import TargetModel
 
 # The attention kernels a pass may use: not cuDNN's. With a mask in bfloat16, torch 2.11 picks
 # cuDNN's attention, which builds an execution plan for every new shape, and nearly every pass
@@ -14,13 +25,75 @@ from verifier_svc.backends.generic import GenericBackend
 # (SmolLM2-135M, one-token rounds): 95 ms per round at new key lengths, 32 ms at lengths seen
 # before; without cuDNN (the memory-efficient kernel) 45 ms either way. float32 never used it.
 CUDA_ATTENTION_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+# Sessions whose lone passes replay graphs (later ones run eagerly until a slot frees), the
+# entries each slot holds (a session past them runs eagerly) and the pass sizes recorded (a
+# lone round of r tokens replays the smallest size >= r; larger ones, prefills, run eagerly).
+# Padding is nearly free on a GPU (an H200 ran SmolLM2-135M passes of 1-16 tokens within 10% of
+# each other), so few sizes: each is recorded per slot and per key length (static_pass.py).
+GRAPH_SLOTS = 8
+GRAPH_CONTEXT = 4096
+GRAPH_SIZES = (1, 4, 16, 64)
+
+
+def recordable(model: torch.nn.Module) -> bool:
+    """Whether the model's forward can be recorded: on one device, with SDPA or eager attention."""
+    devices = set((getattr(model, "hf_device_map", None) or {}).values())
+    return len(devices) <= 1 and model.config._attn_implementation in ("sdpa", "eager")
 
 
 class CudaBackend(GenericBackend):
-    """transformers' SDPA limited to CUDA_ATTENTION_BACKENDS for the span of each pass."""
+    """transformers' SDPA limited to CUDA_ATTENTION_BACKENDS for the span of each pass; a lone
+    pass of a session in a graph slot replays a recorded graph (static_pass.py)."""
 
     kind = "cuda"
+
+    def __init__(self, model: torch.nn.Module, graphs: bool = True) -> None:
+        super().__init__(model)
+        self.passes: SlotPasses | None = None
+        if graphs and recordable(model):
+            capacity = min(model.config.max_position_embeddings, GRAPH_CONTEXT)
+            self.passes = SlotPasses(model, layer_windows(model.config), GRAPH_SLOTS, capacity, GRAPH_SIZES, self._record)
+        self.graph_seconds = 0.0  # spent recording graphs
+
+    def _record(self, static: StaticPass) -> GraphRunner:
+        began = time.perf_counter()
+        with self.kernels(), torch.inference_mode():
+            runner = GraphRunner(static)
+        self.graph_seconds += time.perf_counter() - began
+        return runner
 
     def kernels(self) -> contextlib.AbstractContextManager:
         # sdpa_kernel sets process-wide flags until the pass ends: passes run on one thread.
         return sdpa_kernel(CUDA_ATTENTION_BACKENDS)
+
+    def new_cache(self) -> KVCache:
+        return self.passes.new_cache() if self.passes else super().new_cache()
+
+    def lone_pass(self, cache: KVCache, start: int, real: int) -> PassRunner | None:
+        return self.passes.runner(cache, start, real) if self.passes else None
+
+    def prepare(self, target: TargetModel) -> None:
+        """Record every slot's graph of every shape (slots x sizes x key lengths: 160)."""
+        if self.passes is not None:
+            self.passes.prepare()
+
+    @torch.inference_mode()
+    def tune(self, target: TargetModel, context_tokens: int, max_tokens: int, repeats: int) -> list[float]:
+        """Time lone passes of 1..max_tokens tokens (each the minimum of `repeats`) as
+        target.pass_seconds: what the drafters price their drafts by. Nothing is padded."""
+        if self.passes is None:
+            return []
+        cache = target.new_cache()
+        target.score(cache, [1] * context_tokens, chain([]))
+        seconds = []
+        for size in range(1, max_tokens + 1):
+            runs = []
+            for _ in range(repeats):
+                torch.cuda.synchronize()
+                began = time.perf_counter()
+                target.score(cache, [1], chain([1] * (size - 1)))
+                runs.append(time.perf_counter() - began)  # score returns CPU logits: synchronized
+                cache.truncate(context_tokens)
+            seconds.append(min(runs))
+        target.pass_seconds, target.pass_context_tokens = seconds, context_tokens
+        return seconds

@@ -9,8 +9,10 @@ import torch
 from transformers import PretrainedConfig
 
 from verifier_svc.attention import sdpa_or_eager
+from verifier_svc.kv_cache import KVCache
 
 if TYPE_CHECKING:
+    from verifier_svc.static_pass import PassRunner
     from verifier_svc.target_model import TargetModel
 
 
@@ -29,6 +31,15 @@ class GenericBackend:
 
     def kernels(self) -> contextlib.AbstractContextManager:
         return contextlib.nullcontext()
+
+    def new_cache(self) -> KVCache:
+        return KVCache(self.model.config)
+
+    def lone_pass(self, cache: KVCache, start: int, real: int) -> PassRunner | None:
+        return None
+
+    def prepare(self, target: TargetModel) -> None:
+        return None
 
     def tune(self, target: TargetModel, context_tokens: int, max_tokens: int, repeats: int) -> list[float]:
         return []
