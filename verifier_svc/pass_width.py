@@ -6,7 +6,7 @@ Without drafts it is T0 = max_b pending_b wide (1 in decode, a prompt's length w
 shares the pass) and takes t0 seconds for its B tokens. Widening it to T >= T0 costs
 m B (T - T0) more seconds (m: pass_time.py's marginal seconds of one padded row, paid in every
 round), and round b keeps the first k_b(T) = min(n_b, T - pending_b) of its n_b nodes (a prefix
-of a token tree is a token tree: scheduler.prune), which add their expected accepted tokens.
+of a token tree is a token tree: round_pass.prune), which add their expected accepted tokens.
 The verifier chooses
 
     T* = argmax_T (B + sum_b G_b(k_b(T))) / (t0 + m B (T - T0))      (ties: the narrower)

@@ -53,7 +53,7 @@ class PreparedRound:
     pending: list[int]  # committed tokens not yet cached; the last one is the tree's root
 
     def cut(self, prefix: RoundInput) -> PreparedRound:
-        """This round with only `prefix`, its first nodes (scheduler.prune), each with its q:
+        """This round with only `prefix`, its first nodes (round_pass.prune), each with its q:
         no validation again (a prefix of a valid round is valid)."""
         n = len(prefix.tokens)
         return replace(self, round=prefix, tree=build_tree(prefix.tokens, prefix.parents), q_ids=self.q_ids[:n], q_probs=self.q_probs[:n])

@@ -1,12 +1,9 @@
 """The verifier's round scheduler: rounds waiting from all open sessions go into one target pass.
 
 Streams submit rounds from the event loop; one worker thread owns the target model: it loads
-the model (`call`) and runs every pass, and no other thread runs a parallel tensor operation.
-Each thread that does gets an OpenMP team of its own, and once a process has more OpenMP threads
-than cores, libgomp stops spinning between parallel regions, which slows passes of several
-tokens: on the 2-core CPU a 5-token pass at an 800-token cache took 72 ms instead of 60 after
-one tensor operation on another thread, and in the service, with the model loaded on another
-thread, drafted passes took 83-97 ms instead of 65-71 (plain passes: no consistent change). It takes
+the model (`call`) and runs every pass, and no other thread runs a parallel tensor operation
+(each would get an OpenMP team of its own, which slows passes: docs/design/one-model-thread.md).
+It takes
 the first waiting round and, only while other sessions are open and have not yet submitted,
 waits for them: at most `max_wait_s` from the first round's arrival, and for the sessions whose
 verdicts went out and whose drafters are turning around, until their expected turnaround
@@ -18,13 +15,7 @@ prefill does not pad decode rounds to its length), and runs them as one pass
 extra latency). Rounds that arrive while a pass runs wait for the next one. Each round's
 validation or acceptance error goes back to its own stream only.
 
-Every decode pass (no prompt prefill in it) updates the verifier's pass-time model
-(pass_time.py); each verdict comes back with the record of the pass that scored it, including
-the fitted marginal seconds of one more padded token row, which is what a drafted token costs a
-pass under load. In a pass of several rounds the scheduler also cuts the rounds' trees to the
-width that pays by that fit and each session's measured acceptance (pass_width.py), so drafts
-never make a batched pass slower per expected token than the same pass without them; a lone
-round is never cut (its drafter priced it alone).
+What one pass does with the rounds it took (cut, score, learn from): round_pass.py.
 """
 
 from __future__ import annotations
@@ -45,8 +36,9 @@ from verifier_svc.acceptance import RoundVerdict
 from verifier_svc.batched_pass import PassInput, score_batch
 from verifier_svc.pass_packing import pack
 from verifier_svc.pass_time import DECODE_MAX_PENDING, PassTimeModel
-from verifier_svc.pass_width import GLOBAL_RATE, AcceptanceRate, node_gains, pass_width, primary_labels
+from verifier_svc.pass_width import GLOBAL_RATE, AcceptanceRate, primary_labels
 from verifier_svc.round_gather import Turnarounds, cohort_deadline
+from verifier_svc.round_pass import PassRecord, cached_entries, kept_nodes, new_tokens, pending_tokens, prune
 from verifier_svc.session import PreparedRound, RoundInput, Session
 
 log = logging.getLogger(__name__)
@@ -60,22 +52,6 @@ class _Waiting:
     future: asyncio.Future
     loop: asyncio.AbstractEventLoop
     arrived: float = field(default_factory=time.perf_counter)
-
-
-@dataclass(frozen=True)
-class PassRecord:
-    """What one pass did, for metrics and for the verdicts: rounds in it, new tokens, the waits
-    of its rounds, seconds; its shape (rows = B x T padded new-token rows, slots = the cached
-    entries its attention reads, summed over its rounds) and the fitted marginal seconds of one
-    more row after it."""
-
-    rounds: int
-    tokens: int
-    waits: list[float]
-    seconds: float
-    rows: int = 0
-    slots: int = 0
-    row_seconds: float = 0.0
 
 
 class Scheduler:
@@ -201,7 +177,7 @@ class Scheduler:
             # costs less than a pass of their own (pass_packing.py); the others wait, in order,
             # for the next pass.
             waiting = list(self._queue)
-            chosen = set(pack([_new_tokens(w) for w in waiting], [_pending(w) for w in waiting], self.max_batch_tokens))
+            chosen = set(pack([new_tokens(w.session, w.round) for w in waiting], [pending_tokens(w.session) for w in waiting], self.max_batch_tokens))
             self._queue = deque(w for i, w in enumerate(waiting) if i not in chosen)
             return [w for i, w in enumerate(waiting) if i in chosen]
 
@@ -236,7 +212,9 @@ class Scheduler:
         """Prepare each round, score the valid ones in one pass, finish each; resolve futures."""
         started = time.perf_counter()
         ready: list[tuple[_Waiting, PreparedRound]] = []
-        keep = self._kept_nodes(batch)
+        keep = kept_nodes(
+            [(w.session, w.round) for w in batch], self.max_pass_rows, self.pass_time if self.width_by_cost else None, self._rate,
+        )
         for w, nodes in zip(batch, keep):
             try:
                 # The whole round is validated, then cut: a bad node is refused whatever the load.
@@ -251,7 +229,7 @@ class Scheduler:
         if not ready:
             return
         longest = max(len(p.pending) + len(p.tree) for _, p in ready)
-        rows, slots = len(ready) * longest, sum(_cached(w.session) for w, _ in ready)
+        rows, slots = len(ready) * longest, sum(cached_entries(w.session) for w, _ in ready)
         try:
             if len(ready) == 1:
                 w, p = ready[0]
@@ -298,51 +276,6 @@ class Scheduler:
         if rate is None:
             rate = self._session_acceptance[session] = AcceptanceRate(self.acceptance.alpha)
         return rate
-
-    def _kept_nodes(self, batch: list[_Waiting]) -> list[int]:
-        """How many of its nodes each round of the pass keeps: all of a lone round's; in a pass
-        of several, the width that pays (pass_width.py), within --max-pass-rows if set."""
-        keep = [len(w.round.tokens) for w in batch]
-        if len(batch) < 2:
-            return keep
-        pending = [0 if w.session.closed else len(w.session.tokens) - _cached(w.session) for w in batch]
-        if self.max_pass_rows:
-            keep = [min(k, max(0, self.max_pass_rows // len(batch) - p)) for k, p in zip(keep, pending)]
-        if self.width_by_cost and any(keep):
-            gains = [node_gains(w.round.parents[:k], self._rate(w.session).alpha) for w, k in zip(batch, keep)]
-            base = max(pending)
-            plain = self.pass_time.seconds(len(batch) * base, len(batch) * max(_cached(w.session) for w in batch))
-            width = pass_width(pending, gains, plain, self.pass_time.row_seconds)
-            keep = [min(k, max(0, width - p)) for k, p in zip(keep, pending)]
-        return keep
-
-
-def prune(round_: RoundInput, nodes: int) -> RoundInput:
-    """The round's first `nodes` nodes: still a valid token tree (parents come before their
-    children), each node with its own q, and later siblings only dropped, so the exact rule
-    stays exact over it (a node's verdict depends only on its ancestors and earlier siblings).
-    Verdict node indices are the same in both trees. This is how speculation turns down under
-    load: on a compute-bound device, B sessions' trees cost B x T rows per pass while a plain
-    step costs B."""
-    if len(round_.tokens) <= nodes:
-        return round_
-    return RoundInput(round_.tokens[:nodes], round_.parents[:nodes], round_.q_token_ids[:nodes], round_.q_probs[:nodes])
-
-
-def _new_tokens(w: _Waiting) -> int:
-    """Tokens a round adds to its pass: the pending ones (not yet cached) and its nodes (0 for a
-    session that ended while its round waited: prepare() refuses that round)."""
-    return 0 if w.session.closed else _pending(w) + len(w.round.tokens)
-
-
-def _pending(w: _Waiting) -> int:
-    """A round's pending tokens: committed, not yet cached (0 for a session that has ended)."""
-    return 0 if w.session.closed else len(w.session.tokens) - w.session.cached_tokens()
-
-
-def _cached(session: Session) -> int:
-    """Entries in a session's cache (0 once it has ended and freed its cache)."""
-    return session.cached_tokens() if session.cache is not None else 0
 
 
 def _stopping() -> Unavailable:

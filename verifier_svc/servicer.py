@@ -32,7 +32,7 @@ class Batching:
 
     max_batch_tokens: int = 512
     max_wait_ms: float = 3.0
-    max_pass_rows: int = 0  # 0: never prune trees under load (scheduler.prune)
+    max_pass_rows: int = 0  # 0: never prune trees under load (round_pass.prune)
     cut_by_cost: bool = True  # cut a batched pass's drafts to the width that pays (pass_width.py)
     max_kv_bytes: int = 0  # 0: no limit
     retry_after_ms: int = 1000

@@ -223,7 +223,7 @@ def test_malformed_trees_are_refused_and_harm_nothing(  # type: ignore[no-untype
 
 
 def test_a_cut_prepared_round_is_the_prepared_prefix(target: TargetModel) -> None:
-    from verifier_svc.scheduler import prune
+    from verifier_svc.round_pass import prune
 
     session = Session(target, [1, 2, 3], SamplingParams(0.7), seed=0, limits=Limits(16, 8, 8192))
     round_ = RoundInput([5, 6, 7, 8], [ROOT, 0, ROOT, 1], [[5, 9], [6], [7], [8, 3]], [[0.5, 0.5], [1.0], [1.0], [0.25, 0.75]])
