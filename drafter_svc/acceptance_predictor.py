@@ -40,7 +40,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from drafter_svc.draft_tree import node_depths
-from drafter_svc.drafter import Draft
+from drafter_svc.draft import Draft
 
 FEATURES: tuple[str, ...] = (
     "bias",

@@ -101,7 +101,7 @@ import numpy as np
 
 from drafter_svc.acceptance_predictor import AcceptancePredictor, SessionAcceptance, chain_acceptance, node_features
 from drafter_svc.draft_tree import cut, node_depths, nodes_within, primary_path
-from drafter_svc.drafter import Draft
+from drafter_svc.draft import Draft
 from drafter_svc.pass_cost import PassCostModel, RelativeCost
 
 POLICY_NAMES: tuple[str, ...] = ("auto", "fixed", "leviathan", "specdec++", "copy-confidence")

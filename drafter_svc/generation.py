@@ -47,7 +47,9 @@ from drafter_svc.detokenizer import IncrementalDetokenizer
 from drafter_svc.draft_policy import LoadPrice, PolicyState, SessionPolicy
 from drafter_svc.draft_tree import cut, primary_path
 from drafter_svc.grammar_drafts import GrammarDrafts, compiler_for, graft
-from drafter_svc.drafter import HYBRID, MODEL_DRAFTERS, ROOT, Draft, DrafterModels, Feedback, make_drafter
+from drafter_svc.draft import ROOT, Draft, Feedback
+from drafter_svc.drafter_models import DrafterModels
+from drafter_svc.drafter_registry import make_drafter
 from drafter_svc.overlap import Prefetcher
 from drafter_svc.protocol import GenerationRequest, open_message, round_message
 from drafter_svc.stop_strings import StopStringMatcher
@@ -179,8 +181,8 @@ async def generate(
     # output, whatever is drafted: specdec/coupled_sampling.py); its model drafts join that race.
     race = race_seed(request.seed, request.sampling, request.acceptance) is not None
     drafter = make_drafter(request.drafter, request.sampling, request.seed, 0, models, race)
-    model_drafter = request.drafter in MODEL_DRAFTERS and request.num_draft_tokens > 0
-    partial_prompt = model_drafter and not drafter.reads_all_of(len(request.prompt_token_ids))  # type: ignore[attr-defined]
+    model_drafter = drafter.drafts_with_a_model and request.num_draft_tokens > 0
+    partial_prompt = model_drafter and not drafter.reads_all_of(len(request.prompt_token_ids))
     policy = SessionPolicy(
         request.draft_policy, request.drafter, policies or PolicyState(), len(request.prompt_token_ids), request.sampling.greedy,
         request.max_new_tokens, race, partial_prompt,
@@ -190,15 +192,15 @@ async def generate(
     # (module docstring); `fixed` drafts every round, the first included, as does any policy after
     # a short prompt (read in a step or two).
     long_prompt = model_drafter and request.draft_policy != "fixed" and len(request.prompt_token_ids) > LONG_PROMPT_TOKENS
-    if model_drafter:  # it asks the policy before each model step (draft_policy.py, "Drafting cost")
-        drafter.keep_drafting = policy.keep_drafting  # type: ignore[attr-defined]
-    # A hybrid session's free copy drafts, weighed each round against drafting with the model.
-    copier = make_drafter("copy") if model_drafter and request.drafter == HYBRID else None
+    # A model drafter asks the policy before each model step (draft_policy.py, "Drafting cost").
+    keep_drafting = policy.keep_drafting if model_drafter else None
     prefetcher = None
     if request.overlap and request.num_draft_tokens > 0:
         # A model drafter's pre-drafts reuse its KV cache; a zero-cost drafter gets its own instance
         # (an incremental index re-built for every guessed context would cost the main one).
-        prefetcher = Prefetcher(drafter if model_drafter else make_drafter(request.drafter, request.sampling, request.seed, 1, models, race))
+        prefetcher = Prefetcher(
+            drafter if model_drafter else make_drafter(request.drafter, request.sampling, request.seed, 1, models, race), keep_drafting
+        )
     ahead: Draft | None = None  # the pre-drafted round, when the last verdict matched its guess
     detokenizer = IncrementalDetokenizer(tokenizer.decode, request.prompt_token_ids)
     stopper = StopStringMatcher(request.stop)
@@ -220,18 +222,18 @@ async def generate(
             if forced:
                 ahead = None  # pre-drafted for the context without them
             draft_context, budget, nodes = context + forced, budget - len(forced), request.max_tree_nodes - len(forced)
-            full = draft = copy_draft = Draft.point_masses([])
+            full = draft = Draft.point_masses([])
+            copy_draft: Draft | None = None  # a hybrid session's free copy draft, weighed against the model's
             asked = False  # the drafter was asked for a draft (a model drafter may decline: draft_policy.py)
             copied = False  # a hybrid session sends its copy draft this round
             prefilling = long_prompt and stats.rounds == 0  # the model drafter may read the prompt meanwhile
-            if budget > 0 and policy.may_draft() and copier is not None and ahead is None:
-                copy_draft = copier.propose(draft_context, budget, nodes)
-                model_step = None if prefilling else drafter.step_seconds  # type: ignore[attr-defined]
-                catch_up = 0.0 if prefilling else drafter.catch_up_seconds(draft_context)  # type: ignore[attr-defined]
-                copied = policy.send_copy(
-                    copy_draft, budget, nodes, model_step, catch_up, drafter.reads_prompt  # type: ignore[attr-defined]
-                )
-            if copied:
+            if budget > 0 and policy.may_draft() and model_drafter and ahead is None:
+                copy_draft = drafter.propose_copy(draft_context, budget, nodes)
+            if copy_draft is not None:
+                model_step = None if prefilling else drafter.step_seconds
+                catch_up = 0.0 if prefilling else drafter.catch_up_seconds(draft_context)
+                copied = policy.send_copy(copy_draft, budget, nodes, model_step, catch_up, drafter.reads_prompt)
+            if copied and copy_draft is not None:
                 full = copy_draft
                 draft = policy.choose(full, budget, nodes, copied=True)
                 stats.copied_rounds += 1
@@ -241,8 +243,8 @@ async def generate(
                 if ahead is not None:  # drafted while the verifier worked
                     full = cut(ahead, budget, nodes)
                 elif model_drafter:
-                    full = await asyncio.to_thread(drafter.propose, draft_context, budget, nodes)
-                    step_seconds = drafter.step_seconds  # type: ignore[attr-defined]
+                    full = await asyncio.to_thread(drafter.propose, draft_context, budget, nodes, keep_drafting)
+                    step_seconds = drafter.step_seconds
                 else:
                     full = drafter.propose(draft_context, budget, nodes)
                 draft = policy.choose(full, budget, nodes, step_seconds)
@@ -265,9 +267,9 @@ async def generate(
             spare_cores = not (model_drafter and stats.rounds == 0) or not policy.state.busy()
             work: list[Callable[[], None]] = []
             if prefilling and request.overlap and spare_cores and policy.read_prompt(
-                drafter.step_seconds, drafter.catch_up_seconds(context), budget, request.max_tree_nodes  # type: ignore[attr-defined]
+                drafter.step_seconds, drafter.catch_up_seconds(context), budget, request.max_tree_nodes
             ):
-                work.append(functools.partial(drafter.prefill, context))  # type: ignore[attr-defined]
+                work.append(functools.partial(drafter.prefill, context))
             if prefetcher is not None and policy.may_draft() and spare_cores:
                 work.append(functools.partial(prefetcher.start, context, draft, next_budget, request.max_tree_nodes))
             meanwhile = asyncio.ensure_future(asyncio.to_thread(_run_all, work)) if work else None

@@ -8,7 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from drafter_svc.draft_policy import POLICY_NAMES
-from drafter_svc.drafter import DRAFTER_NAMES, MODEL_DRAFTERS, Draft
+from drafter_svc.draft import Draft
+from drafter_svc.drafter_names import DRAFTER_NAMES, MODEL_DRAFTERS
 from drafter_svc.settings import DrafterSettings
 from specdec.acceptance_params import AcceptanceParams, acceptance_from_proto, acceptance_to_proto
 from specdec.errors import InvalidArgument

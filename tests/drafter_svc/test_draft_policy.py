@@ -24,7 +24,7 @@ from drafter_svc.draft_policy import (
     scaled_nodes,
     threshold_depth,
 )
-from drafter_svc.drafter import ROOT, Draft
+from drafter_svc.draft import ROOT, Draft
 from drafter_svc.pass_cost import PRIOR_FIXED, PRIOR_PER_NODE, PRIOR_PLAIN, PassCostModel, RelativeCost
 
 CHAIN = Draft.point_masses(range(100, 108), match_lengths=[4] * 8)  # what the drafter offers, every round

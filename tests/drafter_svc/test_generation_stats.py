@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from drafter_svc.drafter import Draft
+from drafter_svc.draft import Draft
 from drafter_svc.generation import Stats
 
 
