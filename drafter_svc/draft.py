@@ -26,7 +26,7 @@ class Draft:
     declare; a deterministic drafter declares point masses ([t], [1.0]) and may branch freely.
     Empty draft = decode normally.
 
-    Optional per-node evidence the drafter had, read by draft-length policies (draft_policy.py),
+    Optional per-node evidence the drafter had, read by draft-length policies (policies/),
     never by the verifier: match_lengths[i] is how many context tokens the prediction of node i
     rests on (the matched suffix of a copy draft, the backed-off context of an n-gram draft);
     confidences[i] is the drafter's own estimate in [0, 1] that the token comes next (an n-gram

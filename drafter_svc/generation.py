@@ -1,19 +1,19 @@
 """The round loop of one generation: draft, send the round to the verifier, stream the result.
 
 Each round: the drafter proposes a token tree (depth up to k, a chain or branches) with each
-node's q; the request's draft-length policy cuts it to the depth it chooses (draft_policy.py); the
+node's q; the request's draft-length policy cuts it to the depth it chooses (policies/); the
 verifier answers in one target pass with the accepted path plus a recovered or bonus token; the
 drafter and the policy learn from the verdict. With overlap on, the next round is pre-drafted
 while the verifier works (overlap.py) and used when the verdict matches its guess.
 With k = 0 every round is one plain target step: the no-speculation baseline on the same path.
 
 Model drafters (onnx-*) keep the event loop free: they draft in a worker thread, and ask the
-policy before each model step whether the next token pays for it (draft_policy.py, "Drafting
-cost"); the choice of depth then counts the steps drafted. Under an adaptive policy, after a
+policy before each model step whether the next token pays for it (policies/pricing_policy.py);
+the choice of depth then counts the steps drafted. Under an adaptive policy, after a
 prompt of over LONG_PROMPT_TOKENS, their first round sends no model draft, so that the
 verifier's prefill of the prompt does not wait for the drafter's read of it. The drafter reads
 it at its first model draft, whose first step the policy prices with a share of the read
-(draft_policy.py, "Drafting cost"). Only with overlap on, which says the drafter's work may run
+(policies/pricing_policy.py). Only with overlap on, which says the drafter's work may run
 beside the verifier's (cores of its own), does it read the prompt during the prefill, if the
 policy expects the model's drafts to pay after such a prompt (`SessionPolicy.read_prompt`),
 and that thread then also pre-drafts the second round. On shared cores that read slowed the
@@ -28,7 +28,7 @@ instead of a second instance that would prefill the prompt again.
 The `hybrid` drafter is onnx-quantized with the copy drafter beside it: each round the copy
 drafter proposes too (a table lookup), and the policy sends that draft instead of drafting with
 the model when it expects more tokens per unit of cost from it (`SessionPolicy.send_copy`;
-draft_policy.py, "Copies beside a model drafter"), the first round included, where the model
+policies/auto.py), the first round included, where the model
 reads the prompt meanwhile. Each round is an ordinary round whose draft declares its q (a copy's
 is a point mass), chosen from the emitted history only, so exactness does not depend on the choice.
 """
@@ -44,7 +44,9 @@ from dataclasses import dataclass, field
 import grpc
 
 from drafter_svc.detokenizer import IncrementalDetokenizer
-from drafter_svc.draft_policy import LoadPrice, PolicyState, SessionPolicy
+from drafter_svc.policies.load_price import LoadPrice
+from drafter_svc.policies.policy_state import PolicyState
+from drafter_svc.policies.session_policy import SessionPolicy
 from drafter_svc.draft_tree import cut, primary_path
 from drafter_svc.grammar_drafts import GrammarDrafts, compiler_for, graft
 from drafter_svc.draft import ROOT, Draft, Feedback
@@ -191,8 +193,8 @@ async def generate(
     # draft, so that the verifier's prefill does not wait for the drafter's read of the prompt
     # (module docstring); `fixed` drafts every round, the first included, as does any policy after
     # a short prompt (read in a step or two).
-    long_prompt = model_drafter and request.draft_policy != "fixed" and len(request.prompt_token_ids) > LONG_PROMPT_TOKENS
-    # A model drafter asks the policy before each model step (draft_policy.py, "Drafting cost").
+    long_prompt = model_drafter and policy.rule.adaptive and len(request.prompt_token_ids) > LONG_PROMPT_TOKENS
+    # A model drafter asks the policy before each model step (policies/pricing_policy.py).
     keep_drafting = policy.keep_drafting if model_drafter else None
     prefetcher = None
     if request.overlap and request.num_draft_tokens > 0:
@@ -224,7 +226,7 @@ async def generate(
             draft_context, budget, nodes = context + forced, budget - len(forced), request.max_tree_nodes - len(forced)
             full = draft = Draft.point_masses([])
             copy_draft: Draft | None = None  # a hybrid session's free copy draft, weighed against the model's
-            asked = False  # the drafter was asked for a draft (a model drafter may decline: draft_policy.py)
+            asked = False  # the drafter was asked for a draft (a model drafter may decline: policies/)
             copied = False  # a hybrid session sends its copy draft this round
             prefilling = long_prompt and stats.rounds == 0  # the model drafter may read the prompt meanwhile
             if budget > 0 and policy.may_draft() and model_drafter and ahead is None:

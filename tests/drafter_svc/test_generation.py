@@ -9,7 +9,7 @@ import grpc
 import numpy as np
 import pytest
 
-from drafter_svc.draft_policy import PolicyState
+from drafter_svc.policies.policy_state import PolicyState
 from drafter_svc.generation import LONG_PROMPT_TOKENS, VerifierInfo, generate
 from drafter_svc.onnx_drafter import OnnxDrafter
 from drafter_svc.protocol import GenerationRequest
