@@ -26,9 +26,9 @@ from pathlib import Path
 
 import numpy as np
 
+from drafter_svc.draft_model import DraftModel, causal_bias
 from drafter_svc.draft_sampling import TAIL_MASS, draft_distribution
-from drafter_svc.drafter import DrafterModels, load_built_model
-from drafter_svc.onnx_drafter import DraftModel, causal_bias
+from drafter_svc.drafter_models import DrafterModels, load_built_model
 from specdec.coupled_sampling import RaceNoise, race_ranking
 from specdec.sampling_params import SamplingParams
 

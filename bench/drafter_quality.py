@@ -30,9 +30,9 @@ import numpy as np
 
 from bench.machine import describe
 from bench.prompts import TASKS, add_prompts_flag, load_bench_questions, select
+from drafter_svc.draft_model import DraftModel, causal_bias
 from drafter_svc.draft_sampling import TAIL_MASS, draft_distribution
-from drafter_svc.drafter import MODEL_DRAFTERS
-from drafter_svc.onnx_drafter import DraftModel, causal_bias
+from drafter_svc.drafter_names import MODEL_DRAFTERS
 from specdec.model_files import drafter_dir, tokenizer_dir
 from specdec.sampling_params import SamplingParams
 from specdec.tokenizer import Tokenizer

@@ -23,8 +23,8 @@ import time
 from dataclasses import dataclass
 from typing import Protocol
 
-from drafter_svc.draft_policy import POLICY_NAMES
-from drafter_svc.drafter import DRAFTER_NAMES
+from drafter_svc.policies.registry import POLICY_NAMES
+from drafter_svc.drafter_names import DRAFTER_NAMES
 from specdec.acceptance_params import parse as parse_acceptance
 from specdec.client import Client
 

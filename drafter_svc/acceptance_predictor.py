@@ -28,7 +28,7 @@ point-mass draft would be a second bias, and SGD would move the total bias at a 
 learning rate (three such inputs once tripled it, and the bias then swamped the session rate).
 
 Shared state: one predictor per drafter kind per process, and per kind of verification (greedy
-labels and sampled ones differ: draft_policy.PolicyState); numpy updates between awaits, so
+labels and sampled ones differ: policies.policy_state.LearnedKind); numpy updates between awaits, so
 concurrent asyncio sessions never see a half-written weight vector.
 """
 
@@ -40,7 +40,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from drafter_svc.draft_tree import node_depths
-from drafter_svc.drafter import Draft
+from drafter_svc.draft import Draft
 
 FEATURES: tuple[str, ...] = (
     "bias",

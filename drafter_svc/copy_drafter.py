@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from drafter_svc.drafter import ROOT, AppendOnlyCursor, Draft, Feedback
+from drafter_svc.append_only_cursor import AppendOnlyCursor
+from drafter_svc.draft import ROOT, Draft
+from drafter_svc.drafter import Drafter, KeepDrafting
 
 # Chosen by measurement of chains. Replaying greedy decoding
 # (SmolLM2-135M-Instruct outputs, code edits, prose): longer suffixes keep pointing at the right
@@ -29,7 +31,7 @@ DEFAULT_MIN_NGRAM = 2
 DEFAULT_MAX_OCCURRENCES = 8
 
 
-class CopyDrafter:
+class CopyDrafter(Drafter):
     """Propose the continuation of the most recent earlier occurrence of the longest matching
     context suffix, up to `budget` tokens; an empty draft when no suffix of min_ngram tokens or
     more occurred before. max_nodes up to budget (the default) gives that chain, cut to max_nodes.
@@ -67,7 +69,9 @@ class CopyDrafter:
         self._ends: dict[tuple[int, ...], int | list[int]] = {}
         self._cursor = AppendOnlyCursor(max_ngram)
 
-    def propose(self, context: Sequence[int], budget: int, max_nodes: int | None = None) -> Draft:
+    def propose(
+        self, context: Sequence[int], budget: int, max_nodes: int | None = None, keep_drafting: KeepDrafting | None = None
+    ) -> Draft:
         if budget < 0:
             raise ValueError(f"budget must be >= 0, got {budget}")
         if max_nodes is not None and max_nodes < 0:
@@ -86,9 +90,6 @@ class CopyDrafter:
                     if trie.full():
                         break
         return Draft.point_masses(trie.token_ids, trie.parents, trie.match_lengths)
-
-    def observe(self, feedback: Feedback) -> None:
-        """Nothing to learn: the emitted tokens arrive with the next context."""
 
     def _recent_ends(self, ngram: tuple[int, ...]) -> list[int]:
         """Ends of the kept occurrences of `ngram`, most recent first."""

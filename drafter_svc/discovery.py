@@ -23,6 +23,9 @@ import socket
 from collections.abc import AsyncIterator
 from typing import Protocol
 
+from drafter_svc.host_port import format_address, split_host_port
+from drafter_svc.k8s_discovery import KubernetesDiscovery
+
 log = logging.getLogger(__name__)
 
 
@@ -30,18 +33,6 @@ class Discovery(Protocol):
     def updates(self) -> AsyncIterator[frozenset[str]]:
         """The ready verifier addresses, each time they change."""
         ...
-
-
-def format_address(host: str, port: int | str) -> str:
-    """HOST:PORT, with an IPv6 host in brackets."""
-    return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
-
-
-def split_host_port(text: str, what: str) -> tuple[str, int]:
-    host, sep, port = text.strip().rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise ValueError(f"{what}: expected HOST:PORT, got {text!r}")
-    return host.strip("[]"), int(port)
 
 
 class StaticDiscovery:
@@ -93,8 +84,6 @@ def discovery_from_target(target: str, refresh_seconds: float = 5.0) -> Discover
     """The Discovery for a `--verifier` value (forms in the module docstring)."""
     target = target.strip()
     if target.startswith("k8s://"):
-        from drafter_svc.k8s_discovery import KubernetesDiscovery  # imports the kubernetes client
-
         return KubernetesDiscovery.from_target(target)
     if target.startswith("dns:"):
         name = target.removeprefix("dns:").lstrip("/")

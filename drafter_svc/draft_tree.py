@@ -1,7 +1,7 @@
 """Pure operations on a drafted token tree (a `Draft`): depths, the primary path, cutting a tree
 to a shallower depth and fewer nodes, and re-rooting a subtree.
 
-Draft-length policies (draft_policy.py) draft once at the longest allowed depth and cut the tree
+Draft-length policies (policies/) draft once at the longest allowed depth and cut the tree
 down to the depth they choose; overlapped drafting (overlap.py) pre-drafts past a guessed bonus
 token and keeps the subtree under the token the verifier actually emitted. Nodes keep their
 relative order, so parents still come before children, and every node keeps its q and evidence:
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from drafter_svc.drafter import ROOT, Draft
+from drafter_svc.draft import ROOT, Draft
 
 
 def node_depths(draft: Draft) -> list[int]:

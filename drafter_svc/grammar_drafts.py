@@ -25,7 +25,7 @@ import llguidance
 import numpy as np
 
 from drafter_svc.draft_tree import primary_path
-from drafter_svc.drafter import ROOT, Draft
+from drafter_svc.draft import ROOT, Draft
 from specdec.grammar import GrammarCompiler
 from specdec.tokenizer import Tokenizer
 

@@ -19,7 +19,7 @@ import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
-from drafter_svc.discovery import format_address
+from drafter_svc.host_port import format_address
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,9 @@ from __future__ import annotations
 import heapq
 from collections.abc import Sequence
 
-from drafter_svc.drafter import ROOT, AppendOnlyCursor, Draft, Feedback
+from drafter_svc.append_only_cursor import AppendOnlyCursor
+from drafter_svc.draft import ROOT, Draft
+from drafter_svc.drafter import Drafter, KeepDrafting
 
 # Chosen by replaying greedy decoding (SmolLM2-135M-Instruct outputs, code edits, prose) at budget
 # 4 and 8, with chains: long contexts find the right continuation in
@@ -57,7 +59,7 @@ class Continuations:
         return [pair for _, pair in ranked]
 
 
-class NgramDrafter:
+class NgramDrafter(Drafter):
     """Chain the most frequent continuation of the longest seen context suffix (max_context tokens
     down to min_context), up to `budget` tokens, stopping when no context suffix has been seen.
     max_nodes up to budget (the default) gives that chain, cut to max_nodes.
@@ -86,7 +88,9 @@ class NgramDrafter:
         self._table: dict[tuple[int, ...], int | Continuations] = {}
         self._cursor = AppendOnlyCursor(max_context)
 
-    def propose(self, context: Sequence[int], budget: int, max_nodes: int | None = None) -> Draft:
+    def propose(
+        self, context: Sequence[int], budget: int, max_nodes: int | None = None, keep_drafting: KeepDrafting | None = None
+    ) -> Draft:
         if budget < 0:
             raise ValueError(f"budget must be >= 0, got {budget}")
         if max_nodes is not None and max_nodes < 0:
@@ -132,9 +136,6 @@ class NgramDrafter:
             push(parent, rank + 1)
             push(child, 0)
         return tree.draft()
-
-    def observe(self, feedback: Feedback) -> None:
-        """Nothing to learn: the emitted tokens arrive with the next context."""
 
     def _longest_seen(self, recent: Sequence[int]) -> tuple[int, int | Continuations] | None:
         """The length of the longest suffix of `recent` seen followed by a token, and its

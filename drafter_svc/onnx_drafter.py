@@ -1,18 +1,13 @@
 """A model drafter: a small (or quantized) language model under onnxruntime, sampling drafts and
 sending the q each was drawn from (Leviathan et al., 2023: any q works; a good q is close to p).
 
-The model folder is what `specdec draft build` writes (drafter_build/): model.onnx with its KV
-cache as inputs/outputs (contract: drafter_build/onnx_contract.py) and manifest.json
-(drafter_manifest.py). One loaded model (an onnxruntime InferenceSession, CPU execution
-provider) is shared by every session of the process; each session keeps its own KV cache as
-numpy arrays and the tokens it holds.
-
-Each propose runs the context through the model from the longest cached prefix it shares with
-the cache (so after the verifier rejects, the cache is rolled back to the accepted text by
-slicing, and drafted tokens that were accepted are not run again), then drafts a chain of
-`budget` tokens, one model call per token, each sampled from its sparse q
+Each session keeps its own KV cache as numpy arrays and the tokens it holds, over the process's
+shared model (draft_model.py). Each propose runs the context through the model from the longest
+cached prefix it shares with the cache (so after the verifier rejects, the cache is rolled back
+to the accepted text by slicing, and drafted tokens that were accepted are not run again), then
+drafts a chain of `budget` tokens, one model call per token, each sampled from its sparse q
 (draft_sampling.py), or fewer where the session's draft policy, asked before each call, says
-the next token would not pay for its step (`keep_drafting`; draft_policy.py, "Drafting cost").
+the next token would not pay for its step (`keep_drafting`; docs/concepts/draft-length-policies.md).
 With more nodes than the budget, siblings are added at the first depths: independent draws
 from the same q as the chain's node there (the exactness condition of the verifier's tree rule,
 verifier_svc/acceptance.py; repeats included), or at temperature 0 the next most likely tokens
@@ -26,17 +21,16 @@ then accepts whenever its own winner is among them.
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Callable, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 
 import numpy as np
 
 from drafter_svc.acceptance_predictor import q_entropy
+from drafter_svc.draft import ROOT, Draft, Feedback
+from drafter_svc.draft_model import DraftModel, causal_bias
 from drafter_svc.draft_sampling import TAIL_MASS, SparseQ, draft_distribution, model_probabilities, point_mass, top_tokens
-from drafter_svc.drafter import ROOT, Draft, Feedback
-from drafter_svc.drafter_manifest import Manifest
+from drafter_svc.drafter import Drafter, KeepDrafting
 from specdec.coupled_sampling import RaceNoise, race_ranking
 from specdec.sampling_params import SamplingParams
 
@@ -52,65 +46,6 @@ BRANCH_DEPTHS = 2
 NodeQ = tuple[list[int], list[float], float]  # a node's q as a Draft carries it: token ids, probabilities, entropy
 
 
-class DraftModel:
-    """A built drafter folder loaded into onnxruntime; `run` is one cached forward pass."""
-
-    def __init__(self, folder: Path, threads: int = 0) -> None:
-        import onnxruntime as ort
-
-        self.folder = folder
-        self.manifest = Manifest.read(folder)
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        # No busy-waiting between calls: the verifier may share these cores.
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        self._session = ort.InferenceSession(str(folder / "model.onnx"), options, providers=["CPUExecutionProvider"])
-        layers = self.manifest.num_layers
-        self._past_names = [f"past_{kind}.{i}" for i in range(layers) for kind in ("key", "value")]
-        # Running means over every session of the process (a new session prices its first draft
-        # with them), 0 until timed: a drafting step's seconds (the model call, q and the draw),
-        # and a token's seconds in a call that reads many (a prefill).
-        self.step_seconds = 0.0
-        self.token_seconds = 0.0
-
-    def empty_cache(self) -> list[np.ndarray]:
-        m = self.manifest
-        return [np.zeros((1, m.num_kv_heads, 0, m.head_dim), np.float32) for _ in range(2 * m.num_layers)]
-
-    def run(
-        self, token_ids: Sequence[int], positions: Sequence[int], bias: np.ndarray, cache: list[np.ndarray]
-    ) -> tuple[np.ndarray, list[np.ndarray]]:
-        """(logits [n, vocab] for each new token, the cache extended by them). bias [n, past + n]."""
-        n = len(token_ids)
-        outputs = self._session.run(None, {
-            "input_ids": np.asarray([token_ids], np.int64),
-            "position_ids": np.asarray([positions], np.int64),
-            "attention_bias": bias[None, None].astype(np.float32, copy=False),
-            "logits_index": np.arange(n, dtype=np.int64),
-            **dict(zip(self._past_names, cache)),
-        })
-        return outputs[0][0], outputs[1:]
-
-
-_MODELS: dict[Path, DraftModel] = {}
-_MODELS_LOCK = threading.Lock()
-
-
-def load_draft_model(folder: Path, threads: int = 0) -> DraftModel:
-    """The process's one DraftModel for `folder`, loaded on first use."""
-    key = folder.resolve()
-    with _MODELS_LOCK:
-        if key not in _MODELS:
-            _MODELS[key] = DraftModel(key, threads)
-        return _MODELS[key]
-
-
-def causal_bias(past: int, n: int) -> np.ndarray:
-    """[n, past + n]: 0 where new token i may attend (the cache, itself and earlier new tokens)."""
-    allowed = np.tri(n, past + n, k=past, dtype=bool)
-    return np.where(allowed, 0.0, np.finfo(np.float32).min).astype(np.float32)
-
-
 # The prompt tokens a model drafter reads, from the end. Its prefill costs what the target's
 # does (int8 products are no faster for many rows): on this 2-core CPU a 1,000-token prompt took
 # the target 2.1 s, the drafter 1.2 s, both at once 3.0 s. Reading less lowers the model's
@@ -124,15 +59,10 @@ def causal_bias(past: int, n: int) -> np.ndarray:
 # does not depend on what the drafter reads). docs/design/prompt-read-after-prefill.md.
 PROMPT_WINDOW = 128
 
-# (chain so far, max depth, max nodes, seconds of one model step, seconds the first step takes
-# beyond one step: the context it must read first, whether that is the session's prompt) -> draft
-# the next token?
-KeepDrafting = Callable[[Draft, int, int, float, float, bool], bool]
-STEP_SECONDS_DECAY = 0.8  # weight of the previous estimate in the running means of seconds
 TIMED_RUN_TOKENS = 32  # model calls over this many tokens or more time the model's per-token seconds
 
 
-class OnnxDrafter:
+class OnnxDrafter(Drafter):
     """One session's drafter over a shared DraftModel; samples with `sampling` from `rng`, q cut
     at `tail_mass` (draft_sampling.draft_distribution). It reads the context from `window` tokens
     before the end of the first context it is given (the prompt) on; 0: all of it. With
@@ -140,7 +70,7 @@ class OnnxDrafter:
     specdec/coupled_sampling.py) a sampled token at a position is instead q's race winner there,
     and its siblings the runners-up.
 
-    `keep_drafting`, when set, is asked before each model call of `propose` (the first included)
+    `keep_drafting`, when given to `propose`, is asked before each of its model calls (the first included)
     with the chain drafted so far, the model's `step_seconds` (the running mean of one-token
     steps, shared by the process's sessions) and, before the first call, what that call costs
     beyond a step: the tokens it must read first (the prompt window, when this drafter has not
@@ -165,7 +95,10 @@ class OnnxDrafter:
         self._tokens: list[int] = []  # the tokens whose keys and values are in the cache, in order
         self._cache = model.empty_cache()
         self.model_calls = 0
-        self.keep_drafting: KeepDrafting | None = None
+
+    @property
+    def drafts_with_a_model(self) -> bool:
+        return True
 
     def next_logits(self, context: Sequence[int]) -> np.ndarray:
         """The draft model's logits [vocab] after `context`, reusing the cached prefix it shares."""
@@ -176,7 +109,7 @@ class OnnxDrafter:
         started = time.perf_counter()
         logits = self._extend(new, causal_bias(shared, len(new)))[-1]
         if len(new) >= TIMED_RUN_TOKENS:
-            self.model.token_seconds = _running_mean(self.model.token_seconds, (time.perf_counter() - started) / len(new))
+            self.model.time_token((time.perf_counter() - started) / len(new))
         return logits
 
     def reads_all_of(self, prompt_tokens: int) -> bool:
@@ -211,7 +144,9 @@ class OnnxDrafter:
         if context:
             self.next_logits(context)
 
-    def propose(self, context: Sequence[int], budget: int, max_nodes: int | None = None) -> Draft:
+    def propose(
+        self, context: Sequence[int], budget: int, max_nodes: int | None = None, keep_drafting: KeepDrafting | None = None
+    ) -> Draft:
         if budget < 0:
             raise ValueError(f"budget must be >= 0, got {budget}")
         nodes = budget if max_nodes is None else max_nodes
@@ -225,7 +160,7 @@ class OnnxDrafter:
         qs: list[NodeQ] = []  # each node's q as a Draft carries it, converted once
         sure: list[float] = []  # greedy: the model's probability of each node's token (Draft.confidences)
         level_logits: list[np.ndarray] = []
-        while len(chain) < depth and self._keep_drafting(context, chain, qs, sure, depth, nodes):
+        while len(chain) < depth and self._keep_drafting(keep_drafting, context, chain, qs, sure, depth, nodes):
             started = time.perf_counter()
             if chain:
                 logits = self._extend([chain[-1]], causal_bias(len(self._tokens), 1))[0]
@@ -234,7 +169,7 @@ class OnnxDrafter:
             q = draft_distribution(logits, self.sampling, self.tail_mass)
             chain.append(self._draw(q, len(context) + len(chain), 1)[0])
             if len(chain) > 1:  # a step: the model call, q and the draw (bench/drafter_calls.py)
-                self.model.step_seconds = _running_mean(self.model.step_seconds, time.perf_counter() - started)
+                self.model.time_step(time.perf_counter() - started)
             chain_q.append(q)
             qs.append(_node_q(q))
             if self.sampling.greedy:
@@ -271,13 +206,14 @@ class OnnxDrafter:
         """Nothing to learn: the next context tells the cache where to roll back to."""
 
     def _keep_drafting(
-        self, context: Sequence[int], chain: list[int], qs: list[NodeQ], sure: list[float], depth: int, nodes: int
+        self, keep_drafting: KeepDrafting | None, context: Sequence[int], chain: list[int], qs: list[NodeQ], sure: list[float],
+        depth: int, nodes: int,
     ) -> bool:
-        if self.keep_drafting is None:
+        if keep_drafting is None:
             return True
         partial = _draft(list(chain), list(range(ROOT, len(chain) - 1)), qs, sure)
         catch_up = self.catch_up_seconds(context) if not chain else 0.0
-        return self.keep_drafting(partial, depth, nodes, self.step_seconds, catch_up, self.reads_prompt and not chain)
+        return keep_drafting(partial, depth, nodes, self.step_seconds, catch_up, self.reads_prompt and not chain)
 
     @property
     def reads_prompt(self) -> bool:
@@ -320,12 +256,6 @@ def _draft(token_ids: list[int], parents: list[int], qs: Sequence[NodeQ], confid
         token_ids, parents, [ids for ids, _, _ in qs], [probs for _, probs, _ in qs], confidences=list(confidences),
         q_entropies=[e for _, _, e in qs],
     )
-
-
-def _running_mean(current: float, seconds: float) -> float:
-    """The next value of a running mean of seconds (0: none yet, so the first value is taken)."""
-    decay = STEP_SECONDS_DECAY if current else 0.0
-    return decay * current + (1.0 - decay) * seconds
 
 
 def _siblings_per_depth(extra: int, depths: int) -> list[int]:

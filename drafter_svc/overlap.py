@@ -25,14 +25,17 @@ import time
 from collections.abc import Sequence
 
 from drafter_svc.draft_tree import primary_path, root_child, subtree
-from drafter_svc.drafter import Draft, Drafter
+from drafter_svc.draft import Draft
+from drafter_svc.drafter import Drafter, KeepDrafting
 
 
 class Prefetcher:
-    """Pre-drafts for one session: `start` after sending a round, `take` with its verdict."""
+    """Pre-drafts for one session: `start` after sending a round, `take` with its verdict. A model
+    drafter's pre-drafts ask `keep_drafting` before each step, as its drafts do."""
 
-    def __init__(self, drafter: Drafter) -> None:
+    def __init__(self, drafter: Drafter, keep_drafting: KeepDrafting | None = None) -> None:
         self.drafter = drafter
+        self.keep_drafting = keep_drafting
         self._assumed_path: list[int] | None = None
         self._draft: Draft | None = None
         self.last_seconds = 0.0  # time the last `start` took
@@ -47,7 +50,7 @@ class Prefetcher:
             path = primary_path(sent)
             assumed = [*context, *sent.path_tokens(path)]
             self._assumed_path = path
-            self._draft = self.drafter.propose(assumed, budget + 1, 2 * max_nodes + 1)
+            self._draft = self.drafter.propose(assumed, budget + 1, 2 * max_nodes + 1, self.keep_drafting)
         self.last_seconds = time.perf_counter() - started
 
     def take(self, accepted_nodes: Sequence[int], next_token: int) -> Draft | None:

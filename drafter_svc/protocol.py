@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from drafter_svc.draft_policy import POLICY_NAMES
-from drafter_svc.drafter import DRAFTER_NAMES, MODEL_DRAFTERS, Draft
+from drafter_svc.draft import Draft
+from drafter_svc.drafter_names import DRAFTER_NAMES, MODEL_DRAFTERS
+from drafter_svc.policies.registry import POLICY_NAMES
 from drafter_svc.settings import DrafterSettings
 from specdec.acceptance_params import AcceptanceParams, acceptance_from_proto, acceptance_to_proto
 from specdec.errors import InvalidArgument
@@ -30,7 +31,7 @@ class GenerationRequest:
     num_draft_tokens: int  # tree depth; 0: no speculation
     max_tree_nodes: int  # >= num_draft_tokens; equal: a chain
     acceptance: AcceptanceParams = AcceptanceParams()
-    draft_policy: str = "fixed"  # one of draft_policy.POLICY_NAMES; num_draft_tokens is its longest
+    draft_policy: str = "fixed"  # one of policies.registry.POLICY_NAMES; num_draft_tokens is its longest
     overlap: bool = False  # draft the next round while the verifier checks this one
     constraint: OutputConstraint | None = None  # compiled by the round loop (generation.py) and the verifier
     penalties: Penalties = Penalties()

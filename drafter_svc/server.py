@@ -11,8 +11,10 @@ from pathlib import Path
 import grpc
 
 from drafter_svc.discovery import discovery_from_target
-from drafter_svc.draft_policy import POLICY_NAMES, PolicyState
-from drafter_svc.drafter import DRAFTER_NAMES, MODEL_DRAFTERS, DrafterModels, load_built_model, resolve_default_drafter
+from drafter_svc.drafter_models import DrafterModels, load_built_model, resolve_default_drafter
+from drafter_svc.drafter_names import DRAFTER_NAMES, MODEL_DRAFTERS
+from drafter_svc.policies.policy_state import PolicyState
+from drafter_svc.policies.registry import POLICY_NAMES
 from drafter_svc.protocol import OVERLAP_MODES, Defaults
 from drafter_svc.resumable_session import ResumePolicy
 from drafter_svc.servicer import DrafterServicer

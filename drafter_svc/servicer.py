@@ -10,10 +10,10 @@ from collections.abc import AsyncIterator
 
 import grpc
 
-from drafter_svc.draft_policy import PolicyState
-from drafter_svc.drafter import DrafterModels
+from drafter_svc.drafter_models import DrafterModels
 from drafter_svc.generation import generate
 from drafter_svc.pass_cost import PRIOR_CONTEXT
+from drafter_svc.policies.policy_state import PolicyState
 from drafter_svc.protocol import Defaults, VerifierLimits, request_from_proto
 from drafter_svc.resumable_session import ResumePolicy, ResumingVerifier
 from drafter_svc.verifier_pool import VerifierPool

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import grpc
 
 from drafter_svc.discovery import Discovery
-from drafter_svc.generation import VerifierInfo
+from drafter_svc.verifier_info import VerifierInfo
 from specdec.errors import FailedPrecondition, Unavailable
 from specdec.tokenizer import Tokenizer
 from specdec.v1 import verifier_pb2, verifier_pb2_grpc

@@ -19,7 +19,8 @@ from transformers import AutoModelForCausalLM
 from drafter_build import export_check, onnx_export
 from drafter_build.build import main as build_main
 from drafter_svc.draft_sampling import TAIL_MASS
-from drafter_svc.drafter import DrafterModels, make_drafter, resolve_default_drafter
+from drafter_svc.drafter_models import DrafterModels, resolve_default_drafter
+from drafter_svc.drafter_registry import make_drafter
 from drafter_svc.onnx_drafter import OnnxDrafter
 from drafter_svc.server import main as serve_drafter
 from specdec.errors import FailedPrecondition

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from drafter_svc.acceptance_predictor import FEATURES, AcceptancePredictor, SessionAcceptance, chain_acceptance, node_features
-from drafter_svc.drafter import Draft
+from drafter_svc.draft import Draft
 
 
 def test_point_mass_features_are_zero_but_for_the_bias_and_what_varies() -> None:

@@ -9,7 +9,9 @@ from collections.abc import Sequence
 import pytest
 
 from drafter_svc.copy_drafter import CopyDrafter
-from drafter_svc.drafter import DRAFTER_NAMES, ROOT, Draft, Feedback, make_drafter
+from drafter_svc.draft import ROOT, Draft, Feedback
+from drafter_svc.drafter_names import DRAFTER_NAMES
+from drafter_svc.drafter_registry import make_drafter
 from drafter_svc.ngram_drafter import NgramDrafter
 
 

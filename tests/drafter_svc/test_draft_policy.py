@@ -1,4 +1,4 @@
-"""draft_policy: each policy on synthetic acceptance sequences (no model, no services).
+"""policies: each policy on synthetic acceptance sequences (no model, no services).
 
 The synthetic verifier accepts each drafted token independently with probability alpha and
 returns 0/1 labels (as under greedy verification); alpha switches between 0.9 and 0.2. Passes
@@ -11,20 +11,13 @@ import numpy as np
 import pytest
 
 from drafter_svc.acceptance_predictor import SessionAcceptance
-from drafter_svc.draft_policy import (
-    DEFAULT_STOP_THRESHOLD,
-    PROBE_AFTER,
-    READ_AFTER_UNREAD,
-    LoadPrice,
-    POLICY_NAMES,
-    PolicyState,
-    SessionPolicy,
-    expected_tokens,
-    leviathan_depth,
-    scaled_nodes,
-    threshold_depth,
-)
-from drafter_svc.drafter import ROOT, Draft
+from drafter_svc.draft import ROOT, Draft
+from drafter_svc.policies.depth_math import expected_tokens, leviathan_depth, scaled_nodes, threshold_depth
+from drafter_svc.policies.load_price import LoadPrice
+from drafter_svc.policies.policy_state import DEFAULT_STOP_THRESHOLD, PolicyState
+from drafter_svc.policies.registry import POLICY_NAMES
+from drafter_svc.policies.session_estimates import PROBE_AFTER, READ_AFTER_UNREAD
+from drafter_svc.policies.session_policy import SessionPolicy
 from drafter_svc.pass_cost import PRIOR_FIXED, PRIOR_PER_NODE, PRIOR_PLAIN, PassCostModel, RelativeCost
 
 CHAIN = Draft.point_masses(range(100, 108), match_lengths=[4] * 8)  # what the drafter offers, every round
@@ -619,8 +612,8 @@ def test_a_fresh_process_drafts_with_the_int8_model_after_a_short_prompt() -> No
 def test_sessions_whose_drafter_reads_part_of_the_prompt_learn_apart() -> None:
     """A model drafter reads only its window of a long prompt, so it agrees with the target less
     there: what such sessions learn stays with them, and a session that stopped drafting relaxes
-    towards their mean, not towards the short prompts' (draft_policy.py, "Prompts longer than the
-    drafter's window"). Copies read the whole context: theirs is shared."""
+    towards their mean, not towards the short prompts' (docs/design/draft-policy-rules.md,
+    "Prompts longer than the drafter's window"). Copies read the whole context: theirs is shared."""
     state = PolicyState()
     chain = _chain([1, 2, 3, 4], 1.0)
     for _ in range(20):

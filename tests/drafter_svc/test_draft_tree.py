@@ -4,7 +4,7 @@ path; every result is a well-formed draft that keeps each node's q and evidence.
 from __future__ import annotations
 
 from drafter_svc.draft_tree import cut, node_depths, nodes_within, primary_path, root_child, subtree
-from drafter_svc.drafter import ROOT, Draft
+from drafter_svc.draft import ROOT, Draft
 
 # Tokens 10..16:          10 -> 11 -> 12 -> 13       (the primary chain: nodes 0, 1, 2, 3)
 #                          |      `-> 14              (node 4, under node 1)

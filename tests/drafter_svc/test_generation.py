@@ -9,10 +9,12 @@ import grpc
 import numpy as np
 import pytest
 
-from drafter_svc.draft_policy import PolicyState
-from drafter_svc.generation import LONG_PROMPT_TOKENS, VerifierInfo, generate
+from drafter_svc.generation import generate
 from drafter_svc.onnx_drafter import OnnxDrafter
+from drafter_svc.policies.policy_state import PolicyState
 from drafter_svc.protocol import GenerationRequest
+from drafter_svc.round_loop import LONG_PROMPT_TOKENS
+from drafter_svc.verifier_info import VerifierInfo
 from specdec.sampling_params import SamplingParams
 from specdec.v1 import verifier_pb2_grpc
 from tests.fake_verifier import FakeVerifier

@@ -1,9 +1,9 @@
-"""drafter_svc.generation.Stats: the per-position tallies behind vLLM's per-position acceptance."""
+"""drafter_svc.generation_stats.Stats: the per-position tallies behind vLLM's per-position acceptance."""
 
 from __future__ import annotations
 
-from drafter_svc.drafter import Draft
-from drafter_svc.generation import Stats
+from drafter_svc.draft import Draft
+from drafter_svc.generation_stats import Stats
 
 
 def test_rounds_are_tallied_by_draft_depth() -> None:

@@ -8,7 +8,8 @@ from collections.abc import Sequence
 
 import pytest
 
-from drafter_svc.drafter import ROOT, Draft, make_drafter
+from drafter_svc.draft import ROOT, Draft
+from drafter_svc.drafter_registry import make_drafter
 from drafter_svc.ngram_drafter import Continuations, NgramDrafter
 from tests.drafter_svc.test_copy_drafter import assert_is_a_trie
 

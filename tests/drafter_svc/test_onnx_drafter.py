@@ -17,8 +17,11 @@ import torch
 from drafter_svc.acceptance_predictor import FEATURES, node_features
 from drafter_svc.draft_sampling import draft_distribution
 from drafter_svc.draft_tree import cut
-from drafter_svc.drafter import ROOT, DrafterModels, make_drafter, resolve_default_drafter
-from drafter_svc.onnx_drafter import OnnxDrafter, load_draft_model
+from drafter_svc.draft import ROOT
+from drafter_svc.draft_model import load_draft_model
+from drafter_svc.drafter_models import DrafterModels, resolve_default_drafter
+from drafter_svc.drafter_registry import make_drafter
+from drafter_svc.onnx_drafter import OnnxDrafter
 from specdec.coupled_sampling import exponentials, race_ranking
 from specdec.errors import FailedPrecondition
 from specdec.sampling_params import SamplingParams
@@ -126,14 +129,12 @@ def test_the_policy_is_asked_before_each_step_and_a_stop_saves_the_steps(tiny) -
         return len(chain) < 2
 
     stopped = drafter(folder, SamplingParams(1.0))
-    stopped.keep_drafting = keep
-    draft = stopped.propose(CONTEXT, 5)
+    draft = stopped.propose(CONTEXT, 5, keep_drafting=keep)
     assert draft.token_ids == full.token_ids[:2] and draft.q_probs == full.q_probs[:2]
     assert asked == [([], 5, 5), (full.token_ids[:1], 5, 5), (full.token_ids[:2], 5, 5)]
     assert stopped.model_calls == 2 and stopped.step_seconds > 0
     declined = drafter(folder, SamplingParams(1.0))
-    declined.keep_drafting = lambda *_: False
-    assert len(declined.propose(CONTEXT, 5, 9)) == 0 and declined.model_calls == 0
+    assert len(declined.propose(CONTEXT, 5, 9, lambda *_: False)) == 0 and declined.model_calls == 0
 
 
 def test_the_first_step_is_priced_with_the_context_it_must_read_first(tiny) -> None:  # type: ignore[no-untyped-def]
@@ -151,15 +152,14 @@ def test_the_first_step_is_priced_with_the_context_it_must_read_first(tiny) -> N
         reads.append(reads_prompt)
         return len(chain) == 0  # one token
 
-    fresh.keep_drafting = keep
     prefilled.prefill(context)  # 40 tokens: times the model's per-token seconds
     model = prefilled.model
     assert model.token_seconds > 0 and fresh.pending_tokens(context) == 40 and prefilled.pending_tokens(context) == 1
     per_token = model.token_seconds
-    fresh.propose(context, 3)  # its 40-token read then updates token_seconds
+    fresh.propose(context, 3, keep_drafting=keep)  # its 40-token read then updates token_seconds
     assert offered == [pytest.approx(39 * per_token), 0.0]  # the read, then (one token drafted) nothing
     assert reads == [True, False]  # the read is the prompt's
-    fresh.propose([*context, 41, 42], 3)  # now only the two tokens emitted since: the step's and one more
+    fresh.propose([*context, 41, 42], 3, keep_drafting=keep)  # now only the two tokens emitted since: the step's and one more
     assert reads == [True, False, False, False] and offered[2] == pytest.approx(model.token_seconds)
 
 
@@ -207,9 +207,7 @@ def test_greedy_drafts_carry_how_sure_the_model_was_of_each_token(tiny) -> None:
         seen.append(list(chain.confidences))
         return True
 
-    d = drafter(folder, SamplingParams(0.0))
-    d.keep_drafting = keep
-    draft = d.propose(CONTEXT, 3, 7)
+    draft = drafter(folder, SamplingParams(0.0)).propose(CONTEXT, 3, 7, keep)
     with torch.no_grad():
         first = _softmax(model(torch.tensor([CONTEXT])).logits[0, -1].numpy())
         second = _softmax(model(torch.tensor([CONTEXT + draft.token_ids[:1]])).logits[0, -1].numpy())
@@ -245,9 +243,7 @@ def test_drafts_carry_each_nodes_q_entropy_as_the_policies_would_compute_it(tiny
         seen.append(list(chain.q_entropies))
         return True
 
-    d = drafter(folder, params)
-    d.keep_drafting = keep
-    draft = d.propose(CONTEXT, 4, 9)
+    draft = drafter(folder, params).propose(CONTEXT, 4, 9, keep)
     recomputed = node_features(replace(draft, q_entropies=[]), range(len(draft)))
     np.testing.assert_array_equal(node_features(draft, range(len(draft))), recomputed)
     assert len(draft.q_entropies) == 9 and seen == [draft.q_entropies[:j] for j in range(4)]

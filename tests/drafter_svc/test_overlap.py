@@ -4,7 +4,7 @@ guess, and is then what the drafter would draft for the committed context."""
 from __future__ import annotations
 
 from drafter_svc.copy_drafter import CopyDrafter
-from drafter_svc.drafter import Draft
+from drafter_svc.draft import Draft
 from drafter_svc.overlap import Prefetcher
 
 PERIOD = list(range(1, 11))

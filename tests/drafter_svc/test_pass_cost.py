@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from drafter_svc.draft_policy import leviathan_depth
+from drafter_svc.policies.depth_math import leviathan_depth
 from drafter_svc.pass_cost import PassCostModel, RelativeCost
 
 

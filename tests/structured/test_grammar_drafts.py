@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
-from drafter_svc.drafter import ROOT, Draft
+from drafter_svc.draft import ROOT, Draft
 from drafter_svc.grammar_drafts import GrammarDrafts, graft
 from specdec.grammar import GrammarCompiler
 from specdec.output_constraint import OutputConstraint

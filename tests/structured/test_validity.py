@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 import torch
 
-from drafter_svc.drafter import ROOT, Draft
+from drafter_svc.draft import ROOT, Draft
 from drafter_svc.grammar_drafts import GrammarDrafts, graft
 from specdec.grammar import GrammarCompiler
 from specdec.sampling_params import SamplingParams

@@ -1,0 +1,94 @@
+"""A built drafter model loaded into onnxruntime, one per process, shared by its sessions.
+
+The model folder is what `specdec draft build` writes (drafter_build/): model.onnx with its KV
+cache as inputs/outputs (contract: drafter_build/onnx_contract.py) and manifest.json
+(drafter_manifest.py). One loaded model (an onnxruntime InferenceSession, CPU execution
+provider) is shared by every session of the process; each session keeps its own KV cache
+(onnx_drafter.py). The model also keeps the process's running means of what its calls take,
+which a new session prices its first draft with.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from drafter_svc.drafter_manifest import Manifest
+
+STEP_SECONDS_DECAY = 0.8  # weight of the previous estimate in the running means of seconds
+
+
+class DraftModel:
+    """A built drafter folder loaded into onnxruntime; `run` is one cached forward pass."""
+
+    def __init__(self, folder: Path, threads: int = 0) -> None:
+        import onnxruntime as ort
+
+        self.folder = folder
+        self.manifest = Manifest.read(folder)
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        # No busy-waiting between calls: the verifier may share these cores.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        self._session = ort.InferenceSession(str(folder / "model.onnx"), options, providers=["CPUExecutionProvider"])
+        layers = self.manifest.num_layers
+        self._past_names = [f"past_{kind}.{i}" for i in range(layers) for kind in ("key", "value")]
+        # Running means over every session of the process (a new session prices its first draft
+        # with them), 0 until timed: a drafting step's seconds (the model call, q and the draw),
+        # and a token's seconds in a call that reads many (a prefill).
+        self.step_seconds = 0.0
+        self.token_seconds = 0.0
+
+    def empty_cache(self) -> list[np.ndarray]:
+        m = self.manifest
+        return [np.zeros((1, m.num_kv_heads, 0, m.head_dim), np.float32) for _ in range(2 * m.num_layers)]
+
+    def run(
+        self, token_ids: Sequence[int], positions: Sequence[int], bias: np.ndarray, cache: list[np.ndarray]
+    ) -> tuple[np.ndarray, list[np.ndarray]]:
+        """(logits [n, vocab] for each new token, the cache extended by them). bias [n, past + n]."""
+        n = len(token_ids)
+        outputs = self._session.run(None, {
+            "input_ids": np.asarray([token_ids], np.int64),
+            "position_ids": np.asarray([positions], np.int64),
+            "attention_bias": bias[None, None].astype(np.float32, copy=False),
+            "logits_index": np.arange(n, dtype=np.int64),
+            **dict(zip(self._past_names, cache)),
+        })
+        return outputs[0][0], outputs[1:]
+
+    def time_step(self, seconds: float) -> None:
+        """Fold one drafting step's seconds into the running mean `step_seconds`."""
+        self.step_seconds = running_mean(self.step_seconds, seconds)
+
+    def time_token(self, seconds: float) -> None:
+        """Fold a many-token call's seconds per token into the running mean `token_seconds`."""
+        self.token_seconds = running_mean(self.token_seconds, seconds)
+
+
+_MODELS: dict[Path, DraftModel] = {}
+_MODELS_LOCK = threading.Lock()
+
+
+def load_draft_model(folder: Path, threads: int = 0) -> DraftModel:
+    """The process's one DraftModel for `folder`, loaded on first use."""
+    key = folder.resolve()
+    with _MODELS_LOCK:
+        if key not in _MODELS:
+            _MODELS[key] = DraftModel(key, threads)
+        return _MODELS[key]
+
+
+def causal_bias(past: int, n: int) -> np.ndarray:
+    """[n, past + n]: 0 where new token i may attend (the cache, itself and earlier new tokens)."""
+    allowed = np.tri(n, past + n, k=past, dtype=bool)
+    return np.where(allowed, 0.0, np.finfo(np.float32).min).astype(np.float32)
+
+
+def running_mean(current: float, seconds: float) -> float:
+    """The next value of a running mean of seconds (0: none yet, so the first value is taken)."""
+    decay = STEP_SECONDS_DECAY if current else 0.0
+    return decay * current + (1.0 - decay) * seconds
