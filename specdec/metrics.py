@@ -61,6 +61,9 @@ class VerifierMetrics:
         Gauge("specdec_verifier_ready", "1 once the model is loaded and warm", registry=r).set_function(ready)
         self.queue_depth = Gauge("specdec_verifier_queue_depth", "rounds waiting for a target pass", registry=r)
         self.kv_tokens = Gauge("specdec_verifier_kv_cache_tokens", "tokens held in the open sessions' KV caches", registry=r)
+        # Device graphs (CUDA): recorded once per shape at start, so the count is bounded.
+        self.recorded_passes = Gauge("specdec_verifier_recorded_passes", "passes recorded as device graphs, one per fixed shape", registry=r)
+        self.replayed_passes = Gauge("specdec_verifier_replayed_passes", "lone passes run by replaying a recorded graph", registry=r)
         self.queue_wait = Histogram("specdec_verifier_queue_wait_seconds", "a round's wait for its pass", buckets=LATENCY_BUCKETS, registry=r)
         self.batch_size = Histogram("specdec_verifier_batch_size", "rounds (sessions) per target pass", buckets=BATCH_BUCKETS, registry=r)
         self.pass_seconds = Histogram("specdec_verifier_pass_seconds", "one target pass, acceptance included", buckets=LATENCY_BUCKETS, registry=r)

@@ -74,6 +74,8 @@ async def run(config: VerifierSettings) -> None:
     )
     metrics.queue_depth.set_function(servicer.scheduler.depth)
     metrics.kv_tokens.set_function(servicer.sessions.kv_tokens)
+    metrics.recorded_passes.set_function(lambda: servicer.target.backend.pass_counts()[0] if servicer.target else 0)
+    metrics.replayed_passes.set_function(lambda: servicer.target.backend.pass_counts()[1] if servicer.target else 0)
     serve_metrics(metrics.registry, config.host, config.metrics_port)
 
     def add_services(server) -> list[str]:  # type: ignore[no-untyped-def]

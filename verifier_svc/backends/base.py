@@ -41,6 +41,10 @@ class Backend(Protocol):
         has one (a recorded graph: static_pass.py); None: the model's forward, as it is."""
         ...
 
+    def pass_counts(self) -> tuple[int, int]:
+        """(passes recorded as device graphs, lone passes replayed from them) in this process."""
+        ...
+
     def prepare(self, target: TargetModel) -> None:
         """Make, before the verifier serves, what its passes will need (CUDA: record graphs)."""
         ...

@@ -72,6 +72,9 @@ class CudaBackend(GenericBackend):
     def lone_pass(self, cache: KVCache, start: int, real: int) -> PassRunner | None:
         return self.passes.runner(cache, start, real) if self.passes else None
 
+    def pass_counts(self) -> tuple[int, int]:
+        return GraphRunner.recorded, GraphRunner.replays
+
     def prepare(self, target: TargetModel) -> None:
         """Record every slot's graph of every shape (slots x sizes x key lengths: 160)."""
         if self.passes is not None:

@@ -38,6 +38,9 @@ class GenericBackend:
     def lone_pass(self, cache: KVCache, start: int, real: int) -> PassRunner | None:
         return None
 
+    def pass_counts(self) -> tuple[int, int]:
+        return 0, 0
+
     def prepare(self, target: TargetModel) -> None:
         return None
 
