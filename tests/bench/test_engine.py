@@ -34,7 +34,7 @@ def test_weight_bytes_counts_a_tied_weight_once() -> None:
 
 
 def test_report_shows_floor_curve_and_breakdown() -> None:
-    args = argparse.Namespace(model="default", device="cpu", dtype="float32", context=256, repeats=5)
+    args = argparse.Namespace(model="default", device="cpu", dtype="float32", context=256, repeats=5, no_graphs=False)
     results = {
         "machine": {"cpu_model": "test cpu", "usable_cpus": 2, "torch": "2.13.0", "git_commit": "abc"},
         "floor": {"weight_mb": 538.0, "read_gbs": 48.0, "ms": 11.2},
@@ -50,3 +50,6 @@ def test_report_shows_floor_curve_and_breakdown() -> None:
     assert "| 4 | 30.0 | 1.33 | 2.00 |" in text  # t(n)/t(1) for B = 4
     assert "| output head | 2.00 | 3.00 |" in text
     assert "gRPC round trip per round" in text
+    assert text.startswith("# Engine profile: default on cpu, float32\n")
+    args.device, args.no_graphs = "cuda", True
+    assert report(args, results).startswith("# Engine profile: default on cuda, float32, CUDA graphs off\n")
