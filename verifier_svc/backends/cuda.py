@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from typing import TYPE_CHECKING
 
@@ -18,6 +19,8 @@ from verifier_svc.token_tree import chain
 
 if TYPE_CHECKING:
     from verifier_svc.target_model import TargetModel
+
+log = logging.getLogger(__name__)
 
 # The attention kernels a pass may use: not cuDNN's. With a mask in bfloat16, torch 2.11 picks
 # cuDNN's attention, which builds an execution plan for every new shape, and nearly every pass
@@ -79,6 +82,7 @@ class CudaBackend(GenericBackend):
         """Record every slot's graph of every shape (slots x sizes x key lengths: 160)."""
         if self.passes is not None:
             self.passes.prepare()
+            log.info("%d CUDA graphs recorded in %.1f s", len(self.passes.runners), self.graph_seconds)
 
     @torch.inference_mode()
     def tune(self, target: TargetModel, context_tokens: int, max_tokens: int, repeats: int) -> list[float]:

@@ -3,7 +3,7 @@
 On a GPU a small model's eager pass is bound by Python and kernel launches, not by the device
 (SmolLM2-135M on an H100: 30-45 ms a pass of any size, for a few milliseconds of kernels). A
 static pass (static_pass.py) has every tensor at a fixed shape and address, so its forward is
-recorded once per slot and size (torch.cuda.CUDAGraph) and each pass replays it after loading
+recorded once per slot, size and key length (torch.cuda.CUDAGraph) and each pass replays it after loading
 its inputs. All graphs share one memory pool: passes run one at a time, on the scheduler's one
 thread, and each graph's output stays referenced by its runner.
 """
