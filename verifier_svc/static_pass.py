@@ -88,12 +88,14 @@ class StaticPass:
         self.write_at = torch.arange(keys - tokens, keys, dtype=torch.long, device=device)
         empty = torch.zeros(1, tokens, keys, dtype=torch.bool)
         empty[0, :, 0] = True  # until loaded: every row sees one column
-        self.masks = self._masks(empty, self.positions.cpu(), torch.arange(keys)[None])
+        masks = self._masks(empty, self.positions.cpu(), torch.arange(keys)[None])
+        self.masks = {kind: mask.to(device) for kind, mask in masks.items()}
         self.cache = _SlotCache(model.config, slot, keys, self.write_at)
         self.logits: torch.Tensor | None = None  # [1, tokens, vocab]: the last forward's
 
     def _masks(self, mask: torch.Tensor, positions: torch.Tensor, keys: torch.Tensor) -> dict[str, torch.Tensor]:
-        masks = model_masks(self.layers, mask, positions, keys, self.dtype, self.write_at.device)
+        """The additive masks on the CPU, by layer type ("": the model takes one mask)."""
+        masks = model_masks(self.layers, mask, positions, keys, self.dtype, torch.device("cpu"))
         return masks if isinstance(masks, dict) else {"": masks}
 
     def fits(self, start: int, real: int) -> bool:
@@ -195,10 +197,10 @@ class SlotPasses:
         if index is None or not cache.in_storage():
             return None
         size = next((s for s in self.sizes if s >= real), None)
-        keys = next((k for k in self.keys if size is not None and k >= start + size), None)
-        if size is None or keys is None:
+        if size is None:
             return None
-        return self._runner(index, size, keys)
+        keys = next((k for k in self.keys if k >= start + size), None)
+        return None if keys is None else self._runner(index, size, keys)
 
     def _runner(self, index: int, size: int, keys: int) -> PassRunner:
         runner = self.runners.get((index, size, keys))

@@ -20,6 +20,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Protocol
 
+from verifier_svc.backends.pass_timing import lone_pass_seconds
 from verifier_svc.pass_sizes import MIN_GAIN, fastest_at_least
 from verifier_svc.token_tree import chain
 
@@ -51,10 +52,7 @@ def tune_pass_sizes(
 
     def timed(choice: bool, size: int) -> float:
         layout.weight_first = choice
-        started = time.perf_counter()
-        target.score(cache, [1], chain([1] * (size - 1)))
-        seconds = time.perf_counter() - started
-        cache.truncate(context_tokens)
+        seconds = lone_pass_seconds(target, cache, context_tokens, size)
         best[choice][size - 1] = min(best[choice][size - 1], seconds)
         return seconds
 

@@ -12,6 +12,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from verifier_svc.backends.cuda_graphs import GraphRunner
 from verifier_svc.backends.generic import GenericBackend
+from verifier_svc.backends.pass_timing import lone_pass_seconds
 from verifier_svc.kv_cache import KVCache
 from verifier_svc.layer_masks import layer_windows
 from verifier_svc.static_pass import PassRunner, SlotPasses, StaticPass
@@ -92,15 +93,8 @@ class CudaBackend(GenericBackend):
             return []
         cache = target.new_cache()
         target.score(cache, [1] * context_tokens, chain([]))
-        seconds = []
-        for size in range(1, max_tokens + 1):
-            runs = []
-            for _ in range(repeats):
-                torch.cuda.synchronize()
-                began = time.perf_counter()
-                target.score(cache, [1], chain([1] * (size - 1)))
-                runs.append(time.perf_counter() - began)  # score returns CPU logits: synchronized
-                cache.truncate(context_tokens)
-            seconds.append(min(runs))
+        seconds = [
+            min(lone_pass_seconds(target, cache, context_tokens, size) for _ in range(repeats)) for size in range(1, max_tokens + 1)
+        ]
         target.pass_seconds, target.pass_context_tokens = seconds, context_tokens
         return seconds
