@@ -19,17 +19,8 @@ from specdec.client import Client, GenerationResult
 from specdec.penalties import Penalties
 from tests.gateway.conftest import Gateway
 from tests.gateway.test_openai_api import MESSAGES, MODEL, PROMPT
+from tests.structured.test_structured_services import SCHEMA
 
-SCHEMA = {
-    "type": "object",
-    "properties": {
-        "name": {"type": "string", "maxLength": 20},
-        "age": {"type": "integer", "minimum": 0, "maximum": 150},
-        "city": {"enum": ["Paris", "London", "Berlin", "Other"]},
-    },
-    "required": ["name", "age", "city"],
-    "additionalProperties": False,
-}
 EXTRACT = [{"role": "user", "content": "Extract the person as JSON with name, age and city: Marie is 34 and lives in Paris."}]
 TOP = 5
 LOGPROB_ATOL = 1e-4
