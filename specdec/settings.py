@@ -44,7 +44,10 @@ def add_flags(parser: argparse.ArgumentParser, cls: type, env_prefix: str) -> No
         env = f"{env_prefix}{field.name.upper()}"
         default = field.default
         if env in os.environ:
-            default = _parse(field.type, os.environ[env])
+            try:
+                default = _parse(field.type, os.environ[env])
+            except (ValueError, argparse.ArgumentTypeError) as error:
+                parser.error(f"{env}={os.environ[env]!r}: {error}")
         groups[group_of[field.name]].add_argument(
             f"--{field.name.replace('_', '-')}",
             dest=field.name,
@@ -79,5 +82,12 @@ def _parse(type_name: Any, text: str) -> Any:
     return _converter(type_name)(text)
 
 
+_TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
+
+
 def _bool(text: str) -> bool:
-    return text.strip().lower() in {"1", "true", "yes", "on"}
+    """true/false, 1/0, yes/no or on/off (any case); anything else is refused, not read as false."""
+    word = text.strip().lower()
+    if word not in _TRUE | _FALSE:
+        raise argparse.ArgumentTypeError(f"not a boolean: {text!r} (use true or false)")
+    return word in _TRUE

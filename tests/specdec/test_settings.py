@@ -28,6 +28,19 @@ def test_bad_flag_value_is_refused() -> None:
         settings.parse(DrafterSettings, "SPECDEC_DRAFTER_", ["--num-draft-tokens", "many"])
 
 
+def test_a_boolean_takes_only_boolean_words(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """`maybe` is refused (it was once read as false), by flag and by environment, naming the setting."""
+    for word, value in (("TRUE", True), ("off", False), ("1", True), ("no", False)):
+        assert settings.parse(VerifierSettings, "SPECDEC_VERIFIER_", ["--cuda-graphs", word]).cuda_graphs is value
+    with pytest.raises(SystemExit):
+        settings.parse(VerifierSettings, "SPECDEC_VERIFIER_", ["--cuda-graphs", "maybe"])
+    assert "argument --cuda-graphs: not a boolean: 'maybe'" in capsys.readouterr().err
+    monkeypatch.setenv("SPECDEC_VERIFIER_TUNE_PASS_SIZES", "maybe")
+    with pytest.raises(SystemExit):
+        settings.parse(VerifierSettings, "SPECDEC_VERIFIER_", [])
+    assert "SPECDEC_VERIFIER_TUNE_PASS_SIZES='maybe': not a boolean" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("cls", [VerifierSettings, DrafterSettings, GatewaySettings])
 def test_every_setting_has_a_help_group(cls: type, capsys: pytest.CaptureFixture[str]) -> None:
     fields = dataclasses.fields(cls)
