@@ -23,8 +23,9 @@ class TargetModel:
     the model computes after its decoder, whatever it applies there (logit scaling, soft caps).
     """
 
-    def __init__(self, model: PreTrainedModel, name: str, graphs: bool = True) -> None:
-        """`graphs`: let the backend replay lone passes as recorded graphs where it can (CUDA)."""
+    def __init__(self, model: PreTrainedModel, name: str, graphs: bool = True, compiled_blocks: bool = True) -> None:
+        """`graphs`: let the backend replay lone passes as recorded graphs where it can (CUDA);
+        `compiled_blocks`: record them with the model's norms and MLPs compiled."""
         self.model = model
         self.name = name
         self.device = next(model.parameters()).device
@@ -33,7 +34,7 @@ class TargetModel:
         self.context_length: int = model.config.max_position_embeddings
         self.layers = layer_windows(model.config)
         # What only this device kind needs (kernels, layouts, padding, tuning): backends/.
-        self.backend: Backend = backend_for(model, graphs)
+        self.backend: Backend = backend_for(model, graphs, compiled_blocks)
         # pass_tokens[r - 1]: the tokens a lone pass of r real tokens runs with (padding the
         # rest); past its end, r itself.
         self.pass_tokens: list[int] = [1]

@@ -33,8 +33,9 @@ def attention_for(config: PretrainedConfig, device: torch.device | str) -> str:
     return backend_class(device).attention_implementation(config)
 
 
-def backend_for(model: torch.nn.Module, graphs: bool = True) -> Backend:
-    """The backend of a loaded model, on the device of its first parameter. `graphs`: on CUDA,
-    replay lone passes as recorded graphs (backends/cuda.py)."""
+def backend_for(model: torch.nn.Module, graphs: bool = True, compiled_blocks: bool = True) -> Backend:
+    """The backend of a loaded model, on the device of its first parameter. On CUDA, `graphs`:
+    replay lone passes as recorded graphs (backends/cuda.py), recorded with the model's norms
+    and MLPs compiled where `compiled_blocks` (backends/compiled_blocks.py)."""
     kind = backend_class(next(model.parameters()).device)
-    return CudaBackend(model, graphs=graphs) if kind is CudaBackend else kind(model)
+    return CudaBackend(model, graphs=graphs, compiled_blocks=compiled_blocks) if kind is CudaBackend else kind(model)

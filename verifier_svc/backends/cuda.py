@@ -1,4 +1,5 @@
-"""The CUDA backend: SDPA without cuDNN's attention; lone passes replayed as CUDA graphs."""
+"""The CUDA backend: SDPA without cuDNN's attention; lone passes replayed as CUDA graphs, recorded
+with the model's norms and MLPs compiled."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from verifier_svc.backends.compiled_blocks import CompiledBlocks
 from verifier_svc.backends.cuda_graphs import GraphRunner
 from verifier_svc.backends.generic import GenericBackend
 from verifier_svc.backends.pass_timing import lone_pass_seconds
@@ -47,21 +49,24 @@ def recordable(model: torch.nn.Module) -> bool:
 
 class CudaBackend(GenericBackend):
     """transformers' SDPA limited to CUDA_ATTENTION_BACKENDS for the span of each pass; a lone
-    pass of a session in a graph slot replays a recorded graph (static_pass.py)."""
+    pass of a session in a graph slot replays a recorded graph (static_pass.py), recorded with
+    the model's stateless blocks compiled where `compiled_blocks` (compiled_blocks.py)."""
 
     kind = "cuda"
 
-    def __init__(self, model: torch.nn.Module, graphs: bool = True) -> None:
+    def __init__(self, model: torch.nn.Module, graphs: bool = True, compiled_blocks: bool = True) -> None:
         super().__init__(model)
         self.passes: SlotPasses | None = None
+        self.blocks: CompiledBlocks | None = None
         if graphs and recordable(model):
+            self.blocks = CompiledBlocks(model) if compiled_blocks else None
             capacity = min(model.config.max_position_embeddings, GRAPH_CONTEXT)
             self.passes = SlotPasses(model, layer_windows(model.config), GRAPH_SLOTS, capacity, GRAPH_SIZES, self._record)
         self.graph_seconds = 0.0  # spent recording graphs
 
     def _record(self, static: StaticPass) -> GraphRunner:
         began = time.perf_counter()
-        with self.kernels(), torch.inference_mode():
+        with self.kernels(), torch.inference_mode(), self.blocks.active() if self.blocks else contextlib.nullcontext():
             runner = GraphRunner(static)
         self.graph_seconds += time.perf_counter() - began
         return runner
@@ -83,7 +88,8 @@ class CudaBackend(GenericBackend):
         """Record every slot's graph of every shape (slots x sizes x key lengths: 160)."""
         if self.passes is not None:
             self.passes.prepare()
-            log.info("%d CUDA graphs recorded in %.1f s", len(self.passes.runners), self.graph_seconds)
+            blocks = len(self.blocks.blocks) if self.blocks else 0
+            log.info("%d CUDA graphs recorded in %.1f s (%d blocks compiled)", len(self.passes.runners), self.graph_seconds, blocks)
 
     @torch.inference_mode()
     def tune(self, target: TargetModel, context_tokens: int, max_tokens: int, repeats: int) -> list[float]:
