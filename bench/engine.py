@@ -6,8 +6,9 @@ It prints, for the served model and device:
 
 1. the memory floor: the weights' bytes over a measured read bandwidth (a token must read every
    weight once), as ms/token and tok/s;
-2. plain decoding (no drafts) in-process (TargetModel.score, one token a pass) and through the
-   real services on loopback (`specdec.Client`, num_draft_tokens=0), ms/token after the first;
+2. greedy plain decoding (no drafts) in-process (TargetModel.score, one token a pass) and through
+   the real services on loopback (`specdec.Client`, num_draft_tokens=0, temperature 0), ms/token
+   after the first;
 3. the verify-pass cost curve t(n)/t(1) for n = 1..N new tokens (a root and n-1 drafted nodes in
    a chain) for a lone session and for batches of B sessions (`score_batch`);
 4. a breakdown of a one-token and an n-token pass: linear layers, attention, output head, other
@@ -59,6 +60,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--no-services", action="store_true", help="skip plain decoding through the services")
     p.add_argument("--no-graphs", action="store_true", help="on CUDA, run every pass eagerly (the verifier's --cuda-graphs false)")
+    p.add_argument("--no-compile", action="store_true", help="on CUDA, record graphs of the model as written (the verifier's --cuda-compiled-blocks false)")
     p.add_argument("--json", type=Path, default=None, help="also write the results here")
     return p.parse_args(argv)
 
@@ -130,11 +132,12 @@ def plain_decode_through_services(args: argparse.Namespace) -> dict[str, float]:
     from specdec.launcher import LocalCluster
 
     prompt = "Write a short story about a lighthouse keeper who finds a message in a bottle."
-    verifier = ["--model", args.model, "--device", args.device, "--dtype", args.dtype, "--cuda-graphs", str(not args.no_graphs).lower()]
+    verifier = ["--model", args.model, "--device", args.device, "--dtype", args.dtype, "--cuda-graphs", str(not args.no_graphs).lower(),
+                "--cuda-compiled-blocks", str(not args.no_compile).lower()]
     with tempfile.TemporaryDirectory() as logs, LocalCluster(Path(logs), verifier_args=verifier, drafter_args=["--drafter", "copy"]) as c:
         with Client(c.address) as client:
-            client.generate(prompt, max_new_tokens=8, num_draft_tokens=0)  # warm-up
-            runs = [client.generate(prompt, max_new_tokens=args.decode_tokens, num_draft_tokens=0).stats for _ in range(3)]
+            client.generate(prompt, max_new_tokens=8, num_draft_tokens=0, temperature=0.0)  # warm-up
+            runs = [client.generate(prompt, max_new_tokens=args.decode_tokens, num_draft_tokens=0, temperature=0.0).stats for _ in range(3)]
     decode = [(s.total_seconds - s.time_to_first_token_seconds) / max(1, s.generated_tokens - 1) for s in runs]
     network = [s.network_seconds / max(1, s.rounds) for s in runs]
     return {"ms_per_token": 1000 * statistics.median(decode), "grpc_round_trip_ms": 1000 * statistics.median(network)}
@@ -165,10 +168,17 @@ def pass_curve(target: TargetModel, batches: Sequence[int], context: int, max_ne
     return curve
 
 
+def cuda_options(args: argparse.Namespace) -> str:
+    """The report heading's note of CUDA options turned off (empty on the CPU or with none off)."""
+    if args.device == "cpu":
+        return ""
+    return ", CUDA graphs off" if args.no_graphs else ", blocks not compiled" if args.no_compile else ""
+
+
 def report(args: argparse.Namespace, results: dict) -> str:
     floor = results["floor"]
     lines = [
-        f"# Engine profile: {args.model} on {args.device}, {args.dtype}" + (", CUDA graphs off" if args.no_graphs and args.device != "cpu" else ""),
+        f"# Engine profile: {args.model} on {args.device}, {args.dtype}" + cuda_options(args),
         "",
         f"machine: {results['machine']['cpu_model']}, {results['machine']['usable_cpus']} usable CPUs, torch {results['machine']['torch']}, "
         f"commit {results['machine']['git_commit']}; {args.context} cached tokens a session; medians of {args.repeats}",
@@ -201,7 +211,7 @@ def main(argv: Sequence[str]) -> int:
     args = parse_args(argv)
     torch.manual_seed(0)
     # Loaded, warmed and tuned as the verifier service does it.
-    target, _ = load_target(VerifierSettings(model=args.model, device=args.device, dtype=args.dtype, cuda_graphs=not args.no_graphs))
+    target, _ = load_target(VerifierSettings(model=args.model, device=args.device, dtype=args.dtype, cuda_graphs=not args.no_graphs, cuda_compiled_blocks=not args.no_compile))
     model = target.model
     results: dict = {"machine": describe(), "args": {k: str(v) for k, v in vars(args).items()}}
     bandwidth = read_bandwidth(args.device)

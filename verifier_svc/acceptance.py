@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import torch
 
-from verifier_svc.sampling import greedy_tokens
+from verifier_svc.sampling import greedy_tokens, sample_token
 from verifier_svc.token_tree import ROOT, TokenTree
 
 if TYPE_CHECKING:
@@ -185,7 +185,7 @@ def verify_speculative(
     independent draws from the q they declare (repeated tokens included) or point masses.
     Randomness comes only from `generator`, in a fixed order per visited node: one randperm
     when it has several children, one torch.rand(()) per child tried, and at the end one
-    torch.multinomial. The same generator state gives the same verdict.
+    sample_token (sampling.py). The same generator state gives the same verdict.
 
     `rule` (default: exact) judges a child that u >= min(1, p/q) rejected: accepted iff
     u < min(1, p(x) / (a q(x))), else p becomes norm(max(p - b q, 0)); see AcceptanceRule. A
@@ -206,7 +206,7 @@ def verify_speculative(
         children = tree.children_of(node)
         p = target_probs[node + 1]  # [vocab], the distribution after `node`'s path
         if not children:
-            next_token = int(torch.multinomial(p, 1, generator=generator))
+            next_token = sample_token(p, generator)
             return RoundVerdict(path, next_token, True, acceptance.float())
         if len(children) > 1:
             children = tuple(children[j] for j in torch.randperm(len(children), generator=generator).tolist())
@@ -226,8 +226,8 @@ def verify_speculative(
                 break
             p = _residual(p, draft_q_ids[child], draft_q_probs[child], b)
         if accepted is None:
-            # multinomial normalizes p itself.
-            next_token = int(torch.multinomial(p, 1, generator=generator))
+            # sample_token normalizes p itself.
+            next_token = sample_token(p, generator)
             return RoundVerdict(path, next_token, False, acceptance.float())
         path.append(accepted)
         node = accepted

@@ -46,3 +46,23 @@ def greedy_tokens(logits: torch.Tensor) -> torch.Tensor:
     """logits [n, vocab] -> [n] int64 argmax; ties go to the lowest token id (torch.argmax,
     as in transformers' greedy search)."""
     return torch.argmax(logits, dim=-1)
+
+
+def sample_token(weights: torch.Tensor, generator: torch.Generator) -> int:
+    """One index drawn from the [vocab] weights (>= 0, any positive sum) with probability
+    weight / sum, using one float64 uniform u from `generator`: the first index whose cumulative
+    weight exceeds u x sum (inverse CDF in float64, so a token of weight 0 is never drawn).
+
+    torch.multinomial draws the same distribution but took 1.3-1.5 ms a draw over SmolLM2's
+    49,152 tokens on this project's CPU, against 0.15 ms here: on a GPU verifier, whose pass takes
+    3-4 ms, it was a third of every sampled round."""
+    cdf = weights.double().cumsum(0)
+    total = float(cdf[-1])
+    if not total > 0:
+        raise ValueError("sample_token needs weights with a positive sum")
+    u = torch.rand((), generator=generator, dtype=torch.float64) * total
+    index = int(torch.searchsorted(cdf, u, right=True))
+    if index == len(cdf):  # u x sum rounded up to the sum: the last token of positive weight
+        index = int(torch.nonzero(weights > 0)[-1])
+    return index
+

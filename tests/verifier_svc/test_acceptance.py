@@ -18,6 +18,7 @@ import torch
 
 from specdec.coupled_sampling import exponentials, race_winner
 from verifier_svc.acceptance import MIN_RESIDUAL_MASS, RoundVerdict, race_agreement, verify_coupled, verify_greedy, verify_speculative
+from verifier_svc.sampling import sample_token
 from verifier_svc.token_tree import ROOT, TokenTree, build_tree, chain
 
 FAILURE_PROB = 1e-6  # per statistical assertion
@@ -318,7 +319,7 @@ def reference_verify_speculative(
     residuals; on a chain it is Algorithm 1 of Leviathan et al.
 
     It consumes `generator` in the fast path's documented order (a randperm per visited node
-    with several children, one torch.rand(()) per child tried, one torch.multinomial at the end),
+    with several children, one torch.rand(()) per child tried, one sample_token at the end),
     so for the same seed the two must agree EXACTLY, which is stronger than comparing output
     distributions: that would let a bias below the statistical bound through. Float rounding
     could flip a decision only for a uniform within ~1e-7 of an acceptance probability; the
@@ -341,7 +342,7 @@ def reference_verify_speculative(
         children = [i for i in range(n) if parents[i] == node]
         p = target_probs[node + 1]
         if not children:
-            return RoundVerdict(path, int(torch.multinomial(p, 1, generator=generator)), True, torch.tensor(acceptance))
+            return RoundVerdict(path, sample_token(p, generator), True, torch.tensor(acceptance))
         if len(children) > 1:
             children = [children[j] for j in torch.randperm(len(children), generator=generator).tolist()]
         for child in children:
@@ -352,7 +353,7 @@ def reference_verify_speculative(
             residual = torch.clamp(p - q[child], min=0.0)
             p = residual / residual.sum() if residual.sum() > MIN_RESIDUAL_MASS else p
         else:
-            return RoundVerdict(path, int(torch.multinomial(p, 1, generator=generator)), False, torch.tensor(acceptance))
+            return RoundVerdict(path, sample_token(p, generator), False, torch.tensor(acceptance))
 
 
 def random_round(gen: torch.Generator, n: int | None = None) -> tuple[torch.Tensor, TokenTree, torch.Tensor, torch.Tensor]:

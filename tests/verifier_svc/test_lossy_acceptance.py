@@ -23,6 +23,7 @@ import torch
 from tests.verifier_svc.test_acceptance import empirical, l1_bound, random_round, verdict_key
 from verifier_svc.acceptance import EXACT, MIN_RESIDUAL_MASS, AcceptanceRule, RoundVerdict, verify_greedy, verify_speculative
 from verifier_svc.lossy_acceptance import LenientRule, MentoredRule, verify_greedy_lenient
+from verifier_svc.sampling import sample_token
 from verifier_svc.token_tree import ROOT, TokenTree, build_tree
 
 NUM_SAMPLES = 100_000
@@ -240,7 +241,7 @@ def reference_verify(target_probs: torch.Tensor, tree: TokenTree, draft_q_ids: t
         children = [i for i in range(n) if parents[i] == node]
         p = target_probs[node + 1]
         if not children:
-            return RoundVerdict(path, int(torch.multinomial(p, 1, generator=generator)), True, torch.tensor(exact))
+            return RoundVerdict(path, sample_token(p, generator), True, torch.tensor(exact))
         if len(children) > 1:
             children = [children[j] for j in torch.randperm(len(children), generator=generator).tolist()]
         for tried, child in enumerate(children):
@@ -253,7 +254,7 @@ def reference_verify(target_probs: torch.Tensor, tree: TokenTree, draft_q_ids: t
             residual = (p - b * q[child]).clamp(min=0.0)
             p = residual / residual.sum() if residual.sum() > MIN_RESIDUAL_MASS else p
         else:
-            return RoundVerdict(path, int(torch.multinomial(p, 1, generator=generator)), False, torch.tensor(exact))
+            return RoundVerdict(path, sample_token(p, generator), False, torch.tensor(exact))
 
 
 @pytest.mark.parametrize("make_rule", [lambda g: LenientRule(float(torch.rand((), generator=g)) * 0.9 + 0.05),

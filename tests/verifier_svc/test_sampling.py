@@ -7,7 +7,7 @@ import torch
 from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
 from specdec.sampling_params import SamplingParams
-from verifier_svc.sampling import greedy_tokens, standardize
+from verifier_svc.sampling import greedy_tokens, sample_token, standardize
 
 VOCAB = 50
 ROWS = 16
@@ -142,3 +142,28 @@ def test_greedy_tokens_bfloat16_ties() -> None:
     # 1.0 and 1.001 are the same bfloat16 value: a tie in the dtype the model produced.
     logits = torch.tensor([[0.0, 1.0, 1.001, 0.5]]).bfloat16()
     assert greedy_tokens(logits).tolist() == [1]
+
+
+def test_sample_token_follows_the_weights() -> None:
+    """Chi-square over 20,000 draws from unnormalized weights with zeros: every token's count
+    matches its share, and a weight-0 token (first, inside, last) never comes up."""
+    from scipy.stats import chisquare
+
+    weights = torch.tensor([0.0, 3.0, 0.0, 1.0, 0.5, 0.0, 2.5, 0.0])
+    generator = torch.Generator().manual_seed(7)
+    counts = torch.bincount(torch.tensor([sample_token(weights, generator) for _ in range(20_000)]), minlength=len(weights))
+    assert counts[weights == 0].sum() == 0
+    expected = weights[weights > 0].double() / float(weights.sum()) * 20_000
+    assert chisquare(counts[weights > 0].double().numpy(), expected.double().numpy()).pvalue > 1e-4
+    # the test has power: a sampler one weight off fails it
+    shifted = expected.clone()
+    shifted[0], shifted[1] = shifted[0] * 1.1, shifted[1] - shifted[0] * 0.1
+    assert chisquare(counts[weights > 0].double().numpy(), shifted.double().numpy()).pvalue < 1e-4
+
+
+def test_sample_token_at_the_top_of_the_range(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A uniform that rounds u x sum up to the sum still draws a token of positive weight."""
+    monkeypatch.setattr(torch, "rand", lambda *args, **kwargs: torch.tensor(1.0, dtype=torch.float64))
+    assert sample_token(torch.tensor([0.25, 0.75, 0.0, 0.0]), torch.Generator()) == 1
+    with pytest.raises(ValueError, match="positive sum"):
+        sample_token(torch.zeros(4), torch.Generator())
