@@ -131,14 +131,19 @@ def plain_decode_through_services(args: argparse.Namespace) -> dict[str, float]:
     from specdec.client import Client
     from specdec.launcher import LocalCluster
 
-    prompt = "Write a short story about a lighthouse keeper who finds a message in a bottle."
+    # A prompt whose greedy continuation runs past 128 tokens without an end token (a raw request
+    # for a story makes the default model end at once).
+    prompt = "Once upon a time, in a lighthouse on a rocky island far from the coast, there lived an old keeper who"
     verifier = ["--model", args.model, "--device", args.device, "--dtype", args.dtype, "--cuda-graphs", str(not args.no_graphs).lower(),
                 "--cuda-compiled-blocks", str(not args.no_compile).lower()]
     with tempfile.TemporaryDirectory() as logs, LocalCluster(Path(logs), verifier_args=verifier, drafter_args=["--drafter", "copy"]) as c:
         with Client(c.address) as client:
             client.generate(prompt, max_new_tokens=8, num_draft_tokens=0, temperature=0.0)  # warm-up
             runs = [client.generate(prompt, max_new_tokens=args.decode_tokens, num_draft_tokens=0, temperature=0.0).stats for _ in range(3)]
-    decode = [(s.total_seconds - s.time_to_first_token_seconds) / max(1, s.generated_tokens - 1) for s in runs]
+    short = [s.generated_tokens for s in runs if s.generated_tokens < args.decode_tokens]
+    if short:  # an early end token would time a few tokens as if they were all
+        raise RuntimeError(f"plain decoding through the services ended early: {short} of {args.decode_tokens} tokens")
+    decode = [(s.total_seconds - s.time_to_first_token_seconds) / (s.generated_tokens - 1) for s in runs]
     network = [s.network_seconds / max(1, s.rounds) for s in runs]
     return {"ms_per_token": 1000 * statistics.median(decode), "grpc_round_trip_ms": 1000 * statistics.median(network)}
 
