@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from drafter_svc.draft import Draft, Feedback
+from drafter_svc.draft_guide import DraftGuide
 
 # Asked before each model step of `propose`: (chain drafted so far, max depth, max nodes, seconds
 # of one model step, seconds the first step takes beyond one step: the context it must read
@@ -28,13 +29,17 @@ class Drafter(Protocol):
     """One object per generation session; it may keep incremental state between calls."""
 
     def propose(
-        self, context: Sequence[int], budget: int, max_nodes: int | None = None, keep_drafting: KeepDrafting | None = None
+        self, context: Sequence[int], budget: int, max_nodes: int | None = None, keep_drafting: KeepDrafting | None = None,
+        guide: DraftGuide | None = None,
     ) -> Draft:
         """Draft a tree to follow `context`, the whole sequence so far (prompt + generated):
         no path longer than `budget` (>= 0) tokens, at most `max_nodes` nodes (default: budget,
         which allows only a chain). Within a session the context only grows, by the emitted
         tokens. A drafter that pays a model step per chain token asks `keep_drafting` (if given)
-        before each step and stops where it says no; free drafters ignore it."""
+        before each step and stops where it says no; free drafters ignore it. Under a constraint
+        the loop gives a model drafter `guide`, the grammar at the context's end (draft_guide.py):
+        it drafts from q masked to the grammar; free drafters ignore it (their drafts are fitted
+        to the grammar afterwards, grammar_drafts.py)."""
         ...
 
     def observe(self, feedback: Feedback) -> None:

@@ -2,6 +2,8 @@
 at the committed tokens, the grammar's forced tokens, and drafts fitted to the grammar before
 they are sent.
 
+- `guide(forced)`: the matcher for a model drafter to draft along (draft_guide.py): its chain
+  drawn from q masked to the grammar, the tokens forced after each drawn token appended free.
 - `forced(limit)`: the tokens the grammar forces next (llguidance's fast-forward tokens: the
   canonical tokens of the bytes every continuation starts with), drafted as point masses without
   the drafter: JSON punctuation and the keys of a fixed schema cost no drafting at all.
@@ -24,6 +26,7 @@ from collections.abc import Sequence
 import llguidance
 import numpy as np
 
+from drafter_svc.draft_guide import DraftGuide
 from drafter_svc.draft_tree import primary_path
 from drafter_svc.draft import ROOT, Draft
 from specdec.grammar import GrammarCompiler
@@ -50,6 +53,13 @@ class GrammarDrafts:
         forced = self.matcher.compute_ff_tokens()[:limit]
         end = next((i for i, t in enumerate(forced) if t in self.eos_token_ids), len(forced))
         return forced[:end]
+
+    def guide(self, forced: list[int]) -> DraftGuide:
+        """A model drafter's guide (draft_guide.py) for a chain drafted after the committed
+        tokens and the round's `forced` tokens; release it before the matcher is used again."""
+        if forced and not self.matcher.consume_tokens(forced):
+            raise RuntimeError(f"the drafter's grammar matcher refused its forced tokens {forced}: {self.matcher.get_error()}")
+        return DraftGuide(self.matcher, self.compiler.allowed_tokens, self.eos_token_ids, len(forced))
 
     def fit(self, draft: Draft) -> Draft:
         """The draft with every node allowed by the grammar after its path (module docstring)."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from drafter_svc.draft import Draft, Feedback
+from drafter_svc.draft_guide import DraftGuide
 from drafter_svc.drafter import Drafter, KeepDrafting
 
 
@@ -23,9 +24,10 @@ class HybridDrafter(Drafter):
         self.copier = copier
 
     def propose(
-        self, context: Sequence[int], budget: int, max_nodes: int | None = None, keep_drafting: KeepDrafting | None = None
+        self, context: Sequence[int], budget: int, max_nodes: int | None = None, keep_drafting: KeepDrafting | None = None,
+        guide: DraftGuide | None = None,
     ) -> Draft:
-        return self.model.propose(context, budget, max_nodes, keep_drafting)
+        return self.model.propose(context, budget, max_nodes, keep_drafting, guide)
 
     def propose_copy(self, context: Sequence[int], budget: int, max_nodes: int) -> Draft | None:
         return self.copier.propose(context, budget, max_nodes)

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 from drafter_svc.append_only_cursor import AppendOnlyCursor
 from drafter_svc.draft import ROOT, Draft
+from drafter_svc.draft_guide import DraftGuide
 from drafter_svc.drafter import Drafter, KeepDrafting
 
 # Chosen by replaying greedy decoding (SmolLM2-135M-Instruct outputs, code edits, prose) at budget
@@ -89,7 +90,8 @@ class NgramDrafter(Drafter):
         self._cursor = AppendOnlyCursor(max_context)
 
     def propose(
-        self, context: Sequence[int], budget: int, max_nodes: int | None = None, keep_drafting: KeepDrafting | None = None
+        self, context: Sequence[int], budget: int, max_nodes: int | None = None, keep_drafting: KeepDrafting | None = None,
+        guide: DraftGuide | None = None,
     ) -> Draft:
         if budget < 0:
             raise ValueError(f"budget must be >= 0, got {budget}")

@@ -16,7 +16,10 @@ carries the model's softmax probability of its token (Draft.confidences), the ev
 acceptance predictor has where q is a point mass. A seeded session under the exact
 rule draws by the exponential race instead (specdec/coupled_sampling.py): a chain token is q's
 race winner at its position, its siblings the runners-up (distinct), which the verifier's race
-then accepts whenever its own winner is among them.
+then accepts whenever its own winner is among them. Under a constraint, `propose` is given the
+grammar along its chain (draft_guide.py): each q is computed from logits masked to the grammar,
+and the tokens the grammar forces after a drawn token join the chain as point masses, read by
+the next model call with the drawn token instead of costing a step each.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import numpy as np
 
 from drafter_svc.acceptance_predictor import q_entropy
 from drafter_svc.draft import ROOT, Draft, Feedback
+from drafter_svc.draft_guide import DraftGuide
 from drafter_svc.draft_model import DraftModel, causal_bias
 from drafter_svc.draft_sampling import TAIL_MASS, SparseQ, draft_distribution, model_probabilities, point_mass, top_tokens
 from drafter_svc.drafter import Drafter, KeepDrafting
@@ -75,7 +79,8 @@ class OnnxDrafter(Drafter):
     steps, shared by the process's sessions) and, before the first call, what that call costs
     beyond a step: the tokens it must read first (the prompt window, when this drafter has not
     read it: `reads_prompt`) at the model's `token_seconds`. False ends the chain there (an empty
-    draft before the first call)."""
+    draft before the first call). `guide`, when given, is the grammar at the context's end: the
+    chain is drawn from masked q, with forced tokens free, and ends at an EOS."""
 
     def __init__(
         self, model: DraftModel, sampling: SamplingParams, rng: np.random.Generator, tail_mass: float = TAIL_MASS,
@@ -107,7 +112,7 @@ class OnnxDrafter(Drafter):
         self._truncate(shared)
         new = list(context[shared:])
         started = time.perf_counter()
-        logits = self._extend(new, causal_bias(shared, len(new)))[-1]
+        logits = self._extend(new, causal_bias(shared, len(new)))
         if len(new) >= TIMED_RUN_TOKENS:
             self.model.time_token((time.perf_counter() - started) / len(new))
         return logits
@@ -145,7 +150,8 @@ class OnnxDrafter(Drafter):
             self.next_logits(context)
 
     def propose(
-        self, context: Sequence[int], budget: int, max_nodes: int | None = None, keep_drafting: KeepDrafting | None = None
+        self, context: Sequence[int], budget: int, max_nodes: int | None = None, keep_drafting: KeepDrafting | None = None,
+        guide: DraftGuide | None = None,
     ) -> Draft:
         if budget < 0:
             raise ValueError(f"budget must be >= 0, got {budget}")
@@ -159,29 +165,42 @@ class OnnxDrafter(Drafter):
         chain_q: list[SparseQ] = []
         qs: list[NodeQ] = []  # each node's q as a Draft carries it, converted once
         sure: list[float] = []  # greedy: the model's probability of each node's token (Draft.confidences)
-        level_logits: list[np.ndarray] = []
-        while len(chain) < depth and self._keep_drafting(keep_drafting, context, chain, qs, sure, depth, nodes):
+        level_logits: list[np.ndarray | None] = []  # None: a token the grammar forced (no alternatives)
+        read = 0  # chain tokens already in the cache
+        while len(chain) < depth and not (guide is not None and guide.ended) and self._keep_drafting(keep_drafting, context, chain, qs, sure, depth, nodes):
             started = time.perf_counter()
-            if chain:
-                logits = self._extend([chain[-1]], causal_bias(len(self._tokens), 1))[0]
+            if chain:  # the last drawn token and any forced after it, in one call
+                logits = self._extend(chain[read:], causal_bias(len(self._tokens), len(chain) - read))
             else:  # catches up on the tokens emitted since (a prefill, the first time)
                 logits = self.next_logits(context)
+            steps, read = len(chain) - read, len(chain)
+            if guide is not None:
+                logits = guide.mask(logits)
             q = draft_distribution(logits, self.sampling, self.tail_mass)
             chain.append(self._draw(q, len(context) + len(chain), 1)[0])
-            if len(chain) > 1:  # a step: the model call, q and the draw (bench/drafter_calls.py)
+            if steps == 1:  # a step: the model call, q and the draw (bench/drafter_calls.py)
                 self.model.time_step(time.perf_counter() - started)
             chain_q.append(q)
             qs.append(_node_q(q))
             if self.sampling.greedy:
                 sure.extend(model_probabilities(logits, chain[-1:]))
             level_logits.append(logits)
+            for token in guide.advance(chain[-1], depth - len(chain)) if guide is not None else []:
+                chain.append(token)
+                chain_q.append(point_mass(token))
+                qs.append(_node_q(chain_q[-1]))
+                sure.extend([1.0] if self.sampling.greedy else [])
+                level_logits.append(None)
         if not chain:
             return Draft.point_masses([])
         token_ids, parents = list(chain), list(range(ROOT, len(chain) - 1))
         # The siblings the request's shape asks for, at the chain's first depths.
         for d, count in enumerate(_siblings_per_depth(nodes - depth, min(len(chain), BRANCH_DEPTHS))):
+            level = level_logits[d]
+            if level is None:
+                continue
             if self.sampling.greedy:
-                alternatives = [point_mass(t) for t in top_tokens(level_logits[d], count + 1)[1:]]
+                alternatives = [point_mass(t) for t in top_tokens(level, count + 1)[1:] if np.isfinite(level[t])]
                 drawn = [(int(a.token_ids[0]), a) for a in alternatives]
             elif self.race is not None:  # the runners-up: the race's own draws would repeat the winner
                 drawn = [(t, chain_q[d]) for t in self._draw(chain_q[d], len(context) + d, count + 1)[1:]]
@@ -192,7 +211,7 @@ class OnnxDrafter(Drafter):
                 parents.append(d - 1)  # the chain node at depth d (d - 1 is its parent's index)
                 qs.append(_node_q(q))
             if self.sampling.greedy:  # one softmax per depth for all of its siblings
-                sure.extend(model_probabilities(level_logits[d], [token for token, _ in drawn]))
+                sure.extend(model_probabilities(level, [token for token, _ in drawn]))
         return _draft(token_ids, parents, qs, sure)
 
     def _draw(self, q: SparseQ, position: int, count: int) -> list[int]:
@@ -235,11 +254,12 @@ class OnnxDrafter(Drafter):
         return self.model.step_seconds
 
     def _extend(self, token_ids: list[int], bias: np.ndarray) -> np.ndarray:
+        """The model's logits [vocab] after the last of `token_ids`, all of them run into the cache."""
         start = len(self._tokens)
-        logits, self._cache = self.model.run(token_ids, range(start, start + len(token_ids)), bias, self._cache)
+        logits, self._cache = self.model.run(token_ids, range(start, start + len(token_ids)), bias, self._cache, last_only=True)
         self._tokens += token_ids
         self.model_calls += 1
-        return logits
+        return logits[-1]
 
     def _truncate(self, length: int) -> None:
         if length < len(self._tokens):

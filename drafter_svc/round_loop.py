@@ -13,8 +13,10 @@ no model draft, so that the verifier's prefill does not wait for the drafter's r
 prompt; it reads the prompt at its first model draft, or beside the prefill where overlap is on
 (its work may run beside the verifier's), the session is alone, and the policy expects its drafts
 to pay (docs/design/prompt-read-after-prefill.md). A hybrid drafter's free copy draft is weighed
-against drafting with the model each round, the first included (hybrid_drafter.py). Every draft
-declares its q and is chosen from the emitted history only, so exactness does not depend on it.
+against drafting with the model each round, the first included (hybrid_drafter.py). Under a
+constraint a model drafter drafts along the grammar (draft_guide.py) and every draft is fitted to
+it before it is sent (grammar_drafts.py). Every draft declares its q and is chosen from the
+emitted history only, so exactness does not depend on it.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from dataclasses import dataclass
 import grpc
 
 from drafter_svc.draft import ROOT, Draft, Feedback
+from drafter_svc.draft_guide import DraftGuide
 from drafter_svc.draft_tree import cut, primary_path
 from drafter_svc.drafter import Drafter
 from drafter_svc.finish_rule import RoundText
@@ -113,14 +116,22 @@ class RoundLoop:
         elif plan.budget > 0 and policy.may_draft() and not plan.prefilling:
             plan.asked = True
             step_seconds = 0.0  # the drafting time this round pays, per chain token
+            guide: DraftGuide | None = None  # under a constraint, the grammar along the model's chain
             if self.ahead is not None:  # drafted while the verifier worked
                 plan.full = cut(self.ahead, plan.budget, plan.nodes)
             elif self.model_drafter:
-                plan.full = await asyncio.to_thread(drafter.propose, context, plan.budget, plan.nodes, self.keep_drafting)
+                guide = self.grammar.guide(plan.forced) if self.grammar is not None else None
+                try:
+                    plan.full = await asyncio.to_thread(drafter.propose, context, plan.budget, plan.nodes, self.keep_drafting, guide)
+                finally:
+                    if guide is not None:
+                        guide.release()
                 step_seconds = drafter.step_seconds
             else:
                 plan.full = drafter.propose(context, plan.budget, plan.nodes)
             plan.draft = policy.choose(plan.full, plan.budget, plan.nodes, step_seconds)
+            if guide is not None:  # the forced tokens the model's chain took free, as far as it is sent
+                self.stats.forced_tokens += sum(depth <= plan.draft.depth() for depth in guide.forced_depths)
         if self.grammar is not None:  # cut or redrawn where it leaves the grammar, then forced tokens after it
             fitted = self.grammar.fit(graft(plan.forced, plan.draft))
             plan.draft = self.grammar.extend(fitted, plan.budget + len(plan.forced), self.request.max_tree_nodes)

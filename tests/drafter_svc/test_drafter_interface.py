@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from drafter_svc.copy_drafter import CopyDrafter
 from drafter_svc.draft import Draft, Feedback
+from drafter_svc.draft_guide import DraftGuide
 from drafter_svc.drafter import Drafter, KeepDrafting
 from drafter_svc.hybrid_drafter import HybridDrafter
 from drafter_svc.ngram_drafter import NgramDrafter
@@ -23,7 +24,8 @@ class CountingModel(Drafter):
         self.prefilled: list[int] = []
 
     def propose(
-        self, context: Sequence[int], budget: int, max_nodes: int | None = None, keep_drafting: KeepDrafting | None = None
+        self, context: Sequence[int], budget: int, max_nodes: int | None = None, keep_drafting: KeepDrafting | None = None,
+        guide: DraftGuide | None = None,
     ) -> Draft:
         if keep_drafting is not None:
             self.asked.append(keep_drafting(Draft.point_masses([]), budget, max_nodes or budget, 0.01, 0.0, True))

@@ -1,6 +1,7 @@
 """Structured output through the real services on the default model: greedy output under a JSON
 Schema equals transformers' generate() with llguidance's mask as a logits processor (copy drafter
-chains and trees; the grammar's forced tokens drafted and counted); logprobs equal transformers'
+chains and trees, the model drafters along the grammar; the grammar's forced tokens drafted and
+counted); logprobs equal transformers'
 log-softmax, top alternatives sorted and correct: through the drafter, and through the verifier
 for rounds drafted so that accepted, recovered and bonus tokens each occur (the verdicts say which)."""
 
@@ -68,6 +69,21 @@ def test_greedy_json_equals_generate_with_the_grammar_processor(cluster, expecte
         jsonschema.validate(json.loads(result.text), SCHEMA)
     if k:
         assert result.stats.forced_tokens > 0  # '{"name":"' and the other keys are forced
+
+
+@pytest.mark.parametrize("drafter", ["onnx-quantized", "hybrid"])
+def test_greedy_json_with_a_model_drafter_along_the_grammar_equals_generate(  # type: ignore[no-untyped-def]
+    cluster, onnx_quantized_dir, expected: list[int], drafter: str
+) -> None:
+    """The model drafter drafts from q masked to the grammar, with the forced tokens in its chain
+    (drafter_svc/draft_guide.py), at the service's default draft length and policy."""
+    with Client(cluster.address) as client:
+        result = client.generate(
+            messages=[{"role": "user", "content": PROMPT}], max_new_tokens=MAX_NEW_TOKENS, temperature=0.0, drafter=drafter,
+            json_schema=json.dumps(SCHEMA),
+        )
+    assert result.token_ids == expected
+    assert result.stats.forced_tokens > 0 and result.stats.accepted_tokens > 0
 
 
 def check_logprob(reference: torch.Tensor, position: int, token: int, lp_token: int, logprob: float, top_ids: list[int],
