@@ -5,14 +5,16 @@
 #
 #     OUT=bench/results/cuda bench/cuda_checks.sh engine    # about 5 minutes
 #     OUT=bench/results/cuda bench/cuda_checks.sh tests     # about 4-5 minutes
+#     OUT=bench/results/cuda bench/cuda_checks.sh check     # about 6 minutes
 #
 # engine: nvidia-smi.txt, then engine profiles (bench/engine.py) of the default model in
 # bfloat16: graphs recorded with compiled blocks, in-process and through the services; graphs of
 # the model as written, in-process; then a random-weight 1.07 B Llama (bench/random_model.py),
 # in-process, compiled blocks on and off. tests: tests/verifier_svc/test_cuda.py (float32, then
-# bfloat16). Every step has its own time limit and the run goes on past a failed one.
+# bfloat16). check: nvidia-smi.txt, the default model's profile with graphs and compiled blocks
+# (through the services too, with the round price the verifier published), then tests. Every step has its own time limit and the run goes on past a failed one.
 set -u
-phase=${1:?engine or tests}
+phase=${1:?engine, tests or check}
 out=${OUT:-bench/results/cuda}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
@@ -38,5 +40,10 @@ engine)
 tests)
     step 330 test_cuda.log python3 -m pytest tests/verifier_svc/test_cuda.py -s -q -p no:cacheprovider
     ;;
-*) echo "phase: engine or tests" >&2; exit 2 ;;
+check)
+    nvidia-smi > "$out/nvidia-smi.txt" 2>&1
+    step 150 engine-bfloat16-compiled.md env TORCH_LOGS=recompiles "${engine[@]}"
+    step 330 test_cuda.log python3 -m pytest tests/verifier_svc/test_cuda.py -s -q -p no:cacheprovider
+    ;;
+*) echo "phase: engine, tests or check" >&2; exit 2 ;;
 esac
