@@ -12,7 +12,8 @@
 # the model as written, in-process; then a random-weight 1.07 B Llama (bench/random_model.py),
 # in-process, compiled blocks on and off. tests: tests/verifier_svc/test_cuda.py (float32, then
 # bfloat16). check: nvidia-smi.txt, the default model's profile with graphs and compiled blocks
-# (through the services too, with the round price the verifier published), then tests. Every step has its own time limit and the run goes on past a failed one.
+# (in-process and through the services), then tests. Every step has its own time limit and the
+# run goes on past a failed one.
 set -u
 phase=${1:?engine, tests or check}
 out=${OUT:-bench/results/cuda}

@@ -17,14 +17,15 @@ from drafter_svc.policies.session_policy import SessionPolicy
 from drafter_svc.protocol import GenerationRequest, open_message
 from drafter_svc.round_loop import RoundLoop
 from drafter_svc.verifier_info import VerifierInfo
+from drafter_svc.verify_call import VerifyOpener
 from specdec.coupled_sampling import race_seed
 from specdec.tokenizer import Tokenizer
-from specdec.v1 import drafter_pb2, verifier_pb2, verifier_pb2_grpc
+from specdec.v1 import drafter_pb2, verifier_pb2
 
 
 async def generate(
     request: GenerationRequest,
-    stub: verifier_pb2_grpc.VerifierStub,
+    stub: VerifyOpener,
     tokenizer: Tokenizer,
     info: VerifierInfo,
     policies: PolicyState | None = None,

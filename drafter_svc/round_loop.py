@@ -41,6 +41,7 @@ from drafter_svc.policies.load_price import LoadPrice
 from drafter_svc.policies.session_policy import SessionPolicy
 from drafter_svc.protocol import GenerationRequest, round_message
 from drafter_svc.verifier_info import VerifierInfo
+from drafter_svc.verify_call import VerifyCall
 from specdec.errors import Unavailable
 from specdec.v1 import verifier_pb2
 
@@ -138,7 +139,7 @@ class RoundLoop:
             self.stats.forced_tokens += len(plan.forced) + len(plan.draft) - len(fitted)
         self.stats.draft_seconds += time.perf_counter() - started
 
-    async def send(self, call: grpc.aio.StreamStreamCall, plan: Round) -> verifier_pb2.VerifyResponse:
+    async def send(self, call: VerifyCall, plan: Round) -> verifier_pb2.VerifyResponse:
         """Send the round and read its verdict, with the work that may run meanwhile."""
         started = time.perf_counter()
         message = round_message(plan.draft)

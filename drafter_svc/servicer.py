@@ -82,7 +82,7 @@ class DrafterServicer(drafter_pb2_grpc.DrafterServicer):
                 limits = VerifierLimits(info.context_length, info.max_draft_tokens, info.max_draft_depth)
                 generation = request_from_proto(request, self.pool.tokenizer, limits, self.defaults, self.policies.busy())
                 async for response in generate(
-                    generation, verifier, self.pool.tokenizer, placed.verifier_info, self.policies, self.models  # type: ignore[arg-type]
+                    generation, verifier, self.pool.tokenizer, placed.verifier_info, self.policies, self.models
                 ):
                     if response.finish_reason != drafter_pb2.FINISH_REASON_UNSPECIFIED:
                         response.stats.resumes = verifier.resumes

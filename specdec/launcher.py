@@ -27,7 +27,9 @@ def free_port() -> int:
 class Service:
     """One `specdec serve KIND --port 0` process; its log goes to log_path."""
 
-    def __init__(self, kind: str, args: Sequence[str], log_path: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, kind: str, args: Sequence[str], log_path: Path, env: dict[str, str] | None = None, cwd: Path | None = None
+    ) -> None:
         self.kind = kind
         self.log_path = log_path
         self._log = log_path.open("w")
@@ -37,6 +39,7 @@ class Service:
             stderr=self._log,
             text=True,
             env={**os.environ, **(env or {})},
+            cwd=cwd,
         )
         line = self.process.stdout.readline() if self.process.stdout else ""
         if not line.startswith(LISTENING_PREFIX):
@@ -86,12 +89,18 @@ class LocalCluster:
     """A verifier and a drafter on loopback: `with LocalCluster(log_dir) as c: Client(c.address)`."""
 
     def __init__(
-        self, log_dir: Path, verifier_args: Sequence[str] = (), drafter_args: Sequence[str] = (), timeout: float = 600
+        self, log_dir: Path, verifier_args: Sequence[str] = (), drafter_args: Sequence[str] = (), timeout: float = 600,
+        checkout: Path | None = None,
     ) -> None:
+        """checkout: serve that folder's code (a second checkout, for A/B runs) instead of the imported one."""
         log_dir.mkdir(parents=True, exist_ok=True)
-        self.verifier = Service("verifier", verifier_args, log_dir / "verifier.log")
+        env = {"PYTHONPATH": str(checkout.resolve())} if checkout else None
+        cwd = checkout.resolve() if checkout else None  # `python -m` puts the working folder first on sys.path
+        self.verifier = Service("verifier", verifier_args, log_dir / "verifier.log", env, cwd)
         try:
-            self.drafter = Service("drafter", ["--verifier", self.verifier.address, *drafter_args], log_dir / "drafter.log")
+            self.drafter = Service(
+                "drafter", ["--verifier", self.verifier.address, *drafter_args], log_dir / "drafter.log", env, cwd
+            )
             self.verifier.wait_serving(timeout)
             self.drafter.wait_serving(timeout)
         except BaseException:

@@ -1,0 +1,122 @@
+"""This checkout's defaults against another checkout's, on Spec-Bench prompts, in one run.
+
+    python -m bench.checkout_ab --other ../previous --per-category 6 --temperature 0
+
+For a change that must keep behaviour where it was measured to win (a redesign of the drafter or
+the verifier's pricing): two service pairs run side by side, one from this checkout and one from
+`--other` (specdec.launcher.LocalCluster's `checkout`). Each prompt runs
+`baseline` (this checkout, k = 0), `defaults` (this checkout) and `other-defaults`, in alternating
+order, like `specdec bench`. The table has each system's speedup over the one baseline; below it,
+per task, the median over prompts of defaults' tok/s over other-defaults' on the same prompt, with
+a bootstrap 90% interval (bench/report.py, paired_ratio). At T = 0 every output must equal the
+baseline's. Writes checkout_ab-<timestamp>.md and .json to --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+
+from bench.machine import describe
+from bench.prompts import TASKS, add_prompts_flag, load_bench_questions, select
+from bench.report import OVERALL, markdown_table, paired_ratio, summarize
+from bench.spec_bench import run
+from bench.systems import BASELINE, SERVER_DEFAULTS, Decoding, Output, SpecdecSystem, parse_config
+from specdec.client import Client
+from specdec.launcher import LocalCluster
+
+OTHER = "other-defaults"
+VERIFIER_ARGS = ["--prefix-cache-tokens", "0"]  # as `specdec bench`: no system gets another's prefill free
+
+
+class Renamed:
+    """A system under another name (the other checkout's defaults)."""
+
+    def __init__(self, name: str, system: SpecdecSystem) -> None:
+        self.name = name
+        self._system = system
+
+    def generate(self, messages: list[dict[str, str]], decoding: Decoding) -> Output:
+        return self._system.generate(messages, decoding)
+
+
+def _commit(folder: Path) -> str:
+    result = subprocess.run(["git", "-C", str(folder), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return result.stdout.strip() or "unknown"
+
+
+def ratio_table(records: Sequence, rows: Sequence[str]) -> str:
+    """Per row: median over prompts of tok/s(defaults) / tok/s(other-defaults), 90% interval."""
+    lines = ["| task | defaults / other-defaults (median) | 90% interval |", "|---|---|---|"]
+    for row in [*rows, OVERALL]:
+        found = paired_ratio(records, row, SERVER_DEFAULTS, OTHER)
+        if found:
+            median, low, high = found
+            lines.append(f"| {row} | {median:.3f} | {low:.3f}-{high:.3f} |")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str]) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--other", type=Path, required=True, help="the other checkout's folder (its protos generated)")
+    p.add_argument("--per-category", type=int, default=6, metavar="N")
+    p.add_argument("--max-new-tokens", type=int, default=128, metavar="N")
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--seed", type=int, default=0)
+    add_prompts_flag(p)
+    p.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
+    args = p.parse_args(list(argv))
+    if not (args.other / "specdec" / "v1").is_dir():
+        p.error(f"--other {args.other}: no specdec/v1 there (run specdec/protogen.py in it)")
+    rows = list(TASKS)
+    prompts = select(load_bench_questions(args.prompts), rows, args.per_category)
+    started = datetime.now(timezone.utc)
+    machine = describe()
+    logs = Path(tempfile.mkdtemp(prefix="specdec-ab-"))
+    with (
+        LocalCluster(logs / "this", verifier_args=VERIFIER_ARGS) as this,
+        LocalCluster(logs / "other", verifier_args=VERIFIER_ARGS, checkout=args.other) as other,
+        Client(this.address) as this_client,
+        Client(other.address) as other_client,
+    ):
+        systems = [
+            SpecdecSystem(this_client, parse_config(BASELINE)),
+            SpecdecSystem(this_client, parse_config(SERVER_DEFAULTS)),
+            Renamed(OTHER, SpecdecSystem(other_client, parse_config(SERVER_DEFAULTS))),
+        ]
+        print(f"{len(prompts)} prompts x {len(systems)} systems; logs in {logs}", file=sys.stderr, flush=True)
+        t0 = time.perf_counter()
+        records = run(systems, prompts, args.max_new_tokens, args.temperature, args.seed)
+        elapsed = time.perf_counter() - t0
+    names = [s.name for s in systems]
+    greedy = args.temperature == 0.0
+    differing = [r for r in records if greedy and r.system != BASELINE and r.differs_from_baseline]
+    failed = [r for r in records if r.error is not None]
+    stamp = started.strftime("%Y%m%d-%H%M%S")
+    args.out.mkdir(parents=True, exist_ok=True)
+    report = (
+        f"# This checkout ({_commit(Path(__file__).resolve().parents[1])}) against {args.other} ({_commit(args.other)})\n\n"
+        f"`python -m bench.checkout_ab {' '.join(argv)}`, {started:%Y-%m-%d %H:%M} UTC, {elapsed:.0f} s; "
+        f"{len(prompts)} prompts, {args.max_new_tokens} new tokens, temperature {args.temperature}; "
+        f"load average {machine.get('load_average')} at start.\n\n"
+        f"{markdown_table(summarize(records, rows, names, greedy))}\n\n{ratio_table(records, rows)}\n\n"
+        f"Failed generations: {len(failed)}. Greedy outputs differing from the baseline: {len(differing)}.\n"
+    )
+    (args.out / f"checkout_ab-{stamp}.md").write_text(report)
+    (args.out / f"checkout_ab-{stamp}.json").write_text(
+        json.dumps({"argv": list(argv), "machine": machine, "records": [dataclasses.asdict(r) for r in records]}, indent=1)
+    )
+    print(report)
+    return 1 if failed or differing else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
