@@ -30,21 +30,25 @@ step() {  # step SECONDS NAME COMMAND...: run with that time limit, output to $o
 
 engine=(python3 -m bench.engine --device cuda --dtype bfloat16 --batches 1 4 --max-new 8 --repeats 3)
 large=(python3 -m bench.engine --device cuda --model /tmp/llama-1b --dtype bfloat16 --batches 1 4 --max-new 8 --repeats 3 --no-services)
-case "$phase" in
-engine)
+machine() {  # nvidia-smi and the versions, to $out/nvidia-smi.txt
     nvidia-smi > "$out/nvidia-smi.txt" 2>&1
     python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__, torch.cuda.get_device_name())" >> "$out/nvidia-smi.txt" 2>&1
-    step 150 engine-bfloat16-compiled.md env TORCH_LOGS=recompiles "${engine[@]}"
+}
+profile() { step 150 engine-bfloat16-compiled.md env TORCH_LOGS=recompiles "${engine[@]}"; }
+cuda_tests() { step 330 test_cuda.log python3 -m pytest tests/verifier_svc/test_cuda.py -s -q -p no:cacheprovider; }
+
+case "$phase" in
+engine)
+    machine
+    profile
     step 80 engine-bfloat16-graphs.md "${engine[@]}" --no-services --no-compile
     step 100 engine-llama-1b.md bash -c "python3 -m bench.random_model llama-1b /tmp/llama-1b && ${large[*]} && ${large[*]} --no-compile"
     ;;
-tests)
-    step 330 test_cuda.log python3 -m pytest tests/verifier_svc/test_cuda.py -s -q -p no:cacheprovider
-    ;;
+tests) cuda_tests ;;
 check)
-    nvidia-smi > "$out/nvidia-smi.txt" 2>&1
-    step 150 engine-bfloat16-compiled.md env TORCH_LOGS=recompiles "${engine[@]}"
-    step 330 test_cuda.log python3 -m pytest tests/verifier_svc/test_cuda.py -s -q -p no:cacheprovider
+    machine
+    profile
+    cuda_tests
     ;;
 *) echo "phase: engine, tests or check" >&2; exit 2 ;;
 esac

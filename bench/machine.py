@@ -26,7 +26,7 @@ def _version(package: str) -> str | None:
         return None
 
 
-def _git_commit(repo: Path) -> str | None:
+def git_commit(repo: Path) -> str | None:
     try:
         done = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
@@ -47,5 +47,5 @@ def describe() -> dict[str, object]:
         "transformers": _version("transformers"),
         "grpcio": _version("grpcio"),
         "specdec": _version("specdec"),
-        "git_commit": _git_commit(Path(__file__).resolve().parents[1]),
+        "git_commit": git_commit(Path(__file__).resolve().parents[1]),
     }

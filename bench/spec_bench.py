@@ -102,7 +102,7 @@ def run(systems: Sequence[System], prompts: Sequence[Prompt], max_new_tokens: in
     return records
 
 
-def _problems(records: Sequence[Record], speculative: set[str]) -> tuple[list[str], bool]:
+def problems(records: Sequence[Record], speculative: set[str]) -> tuple[list[str], bool]:
     """Warnings for the report, and whether the run failed: a generation failed, or a speculative
     configuration's greedy output differs from the baseline's (speculation must not change it)."""
     warnings = []
@@ -254,7 +254,7 @@ def main(argv: Sequence[str]) -> int:
 
     names = [s.name for s in systems]
     summaries = summarize(records, rows, names, greedy=args.temperature == 0.0)
-    warnings, failed = _problems(records, {c.name for c in configs if c.speculates})
+    warnings, failed = problems(records, {c.name for c in configs if c.speculates})
     warnings = skipped + warnings
     _write(args, argv, started, elapsed, machine, names, records, summaries, warnings, configs)
     return 1 if failed else 0
