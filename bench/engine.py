@@ -127,9 +127,13 @@ def plain_decode_in_process(target: TargetModel, context: int, tokens: int) -> f
 
 def plain_decode_through_services(args: argparse.Namespace) -> dict[str, float]:
     """ms/token after the first, and the drafter's gRPC round trip per round less the verifier's
-    pass, of greedy plain decoding through a real verifier + drafter on loopback."""
+    pass, of greedy plain decoding through a real verifier + drafter on loopback; and the round
+    price the verifier published to drafters at start (ModelInfo.price: what it timed there)."""
+    import grpc
+
     from specdec.client import Client
     from specdec.launcher import LocalCluster
+    from specdec.v1 import verifier_pb2, verifier_pb2_grpc
 
     # A prompt whose greedy continuation runs past 128 tokens without an end token (a raw request
     # for a story makes the default model end at once).
@@ -137,6 +141,8 @@ def plain_decode_through_services(args: argparse.Namespace) -> dict[str, float]:
     verifier = ["--model", args.model, "--device", args.device, "--dtype", args.dtype, "--cuda-graphs", str(not args.no_graphs).lower(),
                 "--cuda-compiled-blocks", str(not args.no_compile).lower()]
     with tempfile.TemporaryDirectory() as logs, LocalCluster(Path(logs), verifier_args=verifier, drafter_args=["--drafter", "copy"]) as c:
+        with grpc.insecure_channel(c.verifier.address) as channel:
+            price = verifier_pb2_grpc.VerifierStub(channel).GetModelInfo(verifier_pb2.GetModelInfoRequest(), timeout=10).price
         with Client(c.address) as client:
             client.generate(prompt, max_new_tokens=8, num_draft_tokens=0, temperature=0.0)  # warm-up
             runs = [client.generate(prompt, max_new_tokens=args.decode_tokens, num_draft_tokens=0, temperature=0.0).stats for _ in range(3)]
@@ -145,7 +151,10 @@ def plain_decode_through_services(args: argparse.Namespace) -> dict[str, float]:
         raise RuntimeError(f"plain decoding through the services ended early: {short} of {args.decode_tokens} tokens")
     decode = [(s.total_seconds - s.time_to_first_token_seconds) / (s.generated_tokens - 1) for s in runs]
     network = [s.network_seconds / max(1, s.rounds) for s in runs]
-    return {"ms_per_token": 1000 * statistics.median(decode), "grpc_round_trip_ms": 1000 * statistics.median(network)}
+    return {
+        "ms_per_token": 1000 * statistics.median(decode), "grpc_round_trip_ms": 1000 * statistics.median(network),
+        "price": {"plain_ms": 1000 * price.plain_seconds, "node_cost": price.node_cost, "round_overhead": price.round_overhead},
+    }
 
 
 def pass_curve(target: TargetModel, batches: Sequence[int], context: int, max_new: int, repeats: int) -> dict[int, list[float]]:
@@ -209,6 +218,10 @@ def report(args: argparse.Namespace, results: dict) -> str:
         lines.append(f"| {part} | " + " | ".join(f"{b[part]:.2f}" for b in results["breakdown"].values()) + " |")
     if "grpc_round_trip_ms" in results:
         lines.append(f"| gRPC round trip per round (drafter's, less the pass) | {results['grpc_round_trip_ms']:.2f} |" + " |" * (len(results["breakdown"]) - 1))
+    if "price" in results:
+        price = results["price"]
+        lines += ["", f"The round price the verifier published at start (ModelInfo.price): a plain pass {price['plain_ms']:.2f} ms; "
+                      f"a drafted node {price['node_cost']:.3f} and a drafted round {price['round_overhead']:.3f} more plain passes."]
     return "\n".join(lines)
 
 
@@ -234,6 +247,7 @@ def main(argv: Sequence[str]) -> int:
         services = plain_decode_through_services(args)
         results["services_ms"] = services["ms_per_token"]
         results["grpc_round_trip_ms"] = services["grpc_round_trip_ms"]
+        results["price"] = services["price"]
     print(report(args, results))
     if args.json:
         args.json.write_text(json.dumps(results, indent=1, default=str))

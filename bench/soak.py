@@ -203,7 +203,7 @@ class Soak:
     def _open_sessions(verifier: Service) -> int:
         try:
             with grpc.insecure_channel(verifier.address) as channel:
-                return verifier_pb2_grpc.VerifierStub(channel).GetLoad(verifier_pb2.GetLoadRequest(), timeout=5).open_sessions
+                return verifier_pb2_grpc.VerifierStub(channel).GetModelInfo(verifier_pb2.GetModelInfoRequest(), timeout=5).open_sessions
         except grpc.RpcError:
             return -1
 

@@ -14,7 +14,7 @@ conditional; `AcceptancePredictor.update`):
 
     logit P(accept node) = w_session * logit(alpha_session) + w . features(node)
 
-alpha_session is the session's running acceptance rate (an exponential moving average of the
+alpha_session is the session's running acceptance rate (specdec/acceptance_rate.py, over the
 labels it has seen), so the prediction starts as that rate (w_session = 1, w = 0) and follows a
 session's own difficulty within a few rounds, while the shared weights learn, across all
 sessions of the drafter process, how acceptance falls with the position in the draft and rises
@@ -77,23 +77,6 @@ def q_entropy(probs: np.ndarray) -> float:
 def _logit(alpha: float) -> float:
     a = min(max(alpha, ALPHA_CLIP), 1.0 - ALPHA_CLIP)
     return math.log(a / (1.0 - a))
-
-
-class SessionAcceptance:
-    """A session's running acceptance rate: an exponential moving average of the acceptance
-    probabilities of the primary path's nodes, `rate` per label, so a round of n labels moves the
-    average by 1 - (1 - rate)^n of the way to their mean (more labels, more evidence)."""
-
-    def __init__(self, prior: float = 0.5, rate: float = 0.3) -> None:
-        if not 0.0 < rate <= 1.0:
-            raise ValueError(f"rate must be in (0, 1], got {rate}")
-        self.alpha = prior
-        self.rate = rate
-
-    def update(self, acceptance_probs: Sequence[float]) -> None:
-        if len(acceptance_probs):
-            step = 1.0 - (1.0 - self.rate) ** len(acceptance_probs)
-            self.alpha += step * (float(np.mean(acceptance_probs)) - self.alpha)
 
 
 class AcceptancePredictor:

@@ -76,7 +76,7 @@ def open_rounds(
     partial_prompt = model_drafter and not drafter.reads_all_of(len(request.prompt_token_ids))
     policy = SessionPolicy(
         request.draft_policy, request.drafter, policies, len(request.prompt_token_ids), request.sampling.greedy,
-        request.max_new_tokens, race, partial_prompt,
+        request.max_new_tokens, race, partial_prompt, info.price, open_sessions(policies, info),
     )
     prefetcher = None
     if request.overlap and request.num_draft_tokens > 0:
@@ -90,3 +90,10 @@ def open_rounds(
         compiler = compiler_for(tokenizer)
         grammar = GrammarDrafts(compiler, compiler.matcher(request.constraint, "constraint"), info.eos_token_ids, request.seed)
     return RoundLoop(request, info, drafter, policy, prefetcher, grammar, stats)
+
+
+def open_sessions(policies: PolicyState, info: VerifierInfo) -> int:
+    """The sessions a new session will likely share the verifier with, itself included: as the
+    latest verdict of this process said (a verdict is fresher than the pool's last poll, which
+    may count a session that has just ended), else as the verifier's ModelInfo said, plus this one."""
+    return policies.last_open_sessions if policies.last_price.known else info.open_sessions + 1

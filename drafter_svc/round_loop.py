@@ -3,8 +3,8 @@ verdict, emit text.
 
 Each round the drafter proposes a token tree with each node's q (drafter.py), the session's
 draft-length policy cuts it (policies/), the verifier answers in one target pass with the
-accepted path plus a recovered or bonus token, and the drafter and the policy learn from the
-verdict. With overlap on, the next round is pre-drafted while the verifier works (overlap.py).
+accepted path plus a recovered or bonus token and the price of the next round, and the drafter
+and the policy learn from the verdict. With overlap on, the next round is pre-drafted while the verifier works (overlap.py).
 With k = 0 every round is one plain target step: the no-speculation baseline on the same path.
 
 A drafter whose drafts cost model steps drafts in a worker thread and asks the policy before each
@@ -37,12 +37,12 @@ from drafter_svc.finish_rule import RoundText
 from drafter_svc.generation_stats import Stats
 from drafter_svc.grammar_drafts import GrammarDrafts, graft
 from drafter_svc.overlap import Prefetcher
-from drafter_svc.policies.load_price import LoadPrice
 from drafter_svc.policies.session_policy import SessionPolicy
 from drafter_svc.protocol import GenerationRequest, round_message
 from drafter_svc.verifier_info import VerifierInfo
 from drafter_svc.verify_call import VerifyCall
 from specdec.errors import Unavailable
+from specdec.round_price import RoundPrice
 from specdec.v1 import verifier_pb2
 
 # After a prompt longer than this a model drafter's first round sends no model draft; a shorter
@@ -185,10 +185,9 @@ class RoundLoop:
             self.grammar.commit(emitted)
         self.drafter.observe(Feedback(len(plan.draft), path, list(verdict.acceptance_probs), emitted))
         self.policy.observe(
-            plan.draft, list(verdict.acceptance_probs), verdict.verify_seconds, verdict.queued_rounds,
-            first_round=self.stats.rounds == 0, had_draft=len(plan.full) > 0 or (plan.asked and self.model_drafter),
-            price=LoadPrice(verdict.pass_rounds, verdict.pass_seconds, verdict.pass_rows, verdict.row_seconds, verdict.open_sessions),
-            copied=plan.copied, emitted=len(emitted),
+            plan.draft, list(verdict.acceptance_probs), verdict.queued_rounds,
+            had_draft=len(plan.full) > 0 or (plan.asked and self.model_drafter), price=RoundPrice.from_proto(verdict.price),
+            open_sessions=verdict.open_sessions, copied=plan.copied, emitted=len(emitted),
         )
         if plan.copy_draft and not plan.copied:
             self.policy.observe_unsent_copy(plan.copy_draft, emitted)

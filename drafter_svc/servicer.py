@@ -12,7 +12,6 @@ import grpc
 
 from drafter_svc.drafter_models import DrafterModels
 from drafter_svc.generation import generate
-from drafter_svc.pass_cost import PRIOR_CONTEXT
 from drafter_svc.policies.policy_state import PolicyState
 from drafter_svc.protocol import Defaults, VerifierLimits, request_from_proto
 from drafter_svc.resumable_session import ResumePolicy, ResumingVerifier
@@ -78,7 +77,6 @@ class DrafterServicer(drafter_pb2_grpc.DrafterServicer):
             with ResumingVerifier(self.pool, self.resume, deadline) as verifier, self.metrics.open_sessions.track_inprogress():
                 placed = verifier.placement
                 info = placed.model_info
-                self.policies.seed_costs(info.pass_seconds, info.pass_context_tokens)
                 limits = VerifierLimits(info.context_length, info.max_draft_tokens, info.max_draft_depth)
                 generation = request_from_proto(request, self.pool.tokenizer, limits, self.defaults, self.policies.busy())
                 async for response in generate(
@@ -90,12 +88,10 @@ class DrafterServicer(drafter_pb2_grpc.DrafterServicer):
                     yield response
         finally:
             self.policies.open_sessions -= 1
-        costs = self.policies.costs
-        fixed, per_node = costs.line()
+        price = self.policies.last_price
         log.debug(
-            "pass costs after %d rounds: plain %.1f ms, with n drafts %.1f + %.2f n ms (at %d cached tokens);"
-            " predictor weights %s",
-            costs.observations, 1000 * costs.plain(), 1000 * fixed, 1000 * per_node, PRIOR_CONTEXT,
+            "last round price: a node %.3f and a drafted round %.3f more plain passes of %.1f ms; predictor weights %s",
+            price.node_cost, price.round_overhead, 1000 * price.plain_seconds,
             {f"{name}{'' if greedy else ' (raced)' if race else ' (sampled)'}{' (long prompts)' if partial else ''}":
              [round(float(w), 2) for w in p.weights] for (name, greedy, race, partial), p in self.policies.predictors.items()},
         )

@@ -20,7 +20,7 @@ class DrafterSettings:
         metadata={"group": "verifiers", "help": "verifiers: HOST:PORT, a comma-separated list, dns:///NAME:PORT or k8s://NAMESPACE/SERVICE[:PORT]"},
     )
     verifier_refresh_seconds: float = field(default=5.0, metadata={"group": "verifiers", "help": "how often dns:/// verifier names are resolved again"})
-    load_poll_seconds: float = field(default=1.0, metadata={"group": "verifiers", "help": "how often each verifier's load is asked for (GetLoad)"})
+    load_poll_seconds: float = field(default=1.0, metadata={"group": "verifiers", "help": "how often each verifier's model, load and round price are asked for (GetModelInfo)"})
     verifier_tls_ca_file: str = field(default="", metadata={"group": "security", "help": "PEM CA to check verifiers with: TLS to verifiers (empty: plaintext)"})
     verifier_tls_cert_file: str = field(default="", metadata={"group": "security", "help": "PEM client certificate shown to verifiers (mutual TLS)"})
     verifier_tls_key_file: str = field(default="", metadata={"group": "security", "help": "PEM private key of verifier_tls_cert_file"})
@@ -62,7 +62,7 @@ class DrafterSettings:
     model_num_draft_tokens: int = field(default=8, metadata={"group": "drafting", "help": "draft length used when a request names none, for the model drafters (onnx-*)"})
     model_max_tree_nodes: int = field(default=8, metadata={"group": "drafting", "help": "tree nodes per round at the model drafters' default draft length"})
     # `auto` is the default: it is within the run-to-run noise of the best fixed length chosen
-    # after the fact, and under load it prices drafts with the verifier's pass costs and turns
+    # after the fact, and under load it prices drafts by the verifier's round price and turns
     # speculation off when it cannot pay (docs/design/draft-length.md).
     draft_policy: str = field(
         default="auto",
@@ -79,7 +79,7 @@ class DrafterSettings:
         default=0.5, metadata={"group": "drafting", "help": "specdec++ policy: stop drafting once P(some draft is rejected) exceeds this"}
     )
     load_weight: float = field(
-        default=1.0, metadata={"group": "drafting", "help": "policies price drafted nodes at (1 + this * rounds queued in the verifier)"}
+        default=1.0, metadata={"group": "drafting", "help": "specdec++ policy: its threshold is divided by (1 + this * rounds queued in the verifier)"}
     )
     max_new_tokens_cap: int = field(default=4096, metadata={"group": "limits", "help": "largest max_new_tokens a request may ask for"})
     grace_seconds: float = field(default=20.0, metadata={"group": "server", "help": "on SIGTERM, how long running streams may finish"})

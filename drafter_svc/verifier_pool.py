@@ -1,10 +1,11 @@
-"""The drafter's verifiers: one channel each, checked before use, load polled, sessions placed.
+"""The drafter's verifiers: one channel each, checked before use, polled, sessions placed.
 
 Contract:
 - The pool follows a Discovery (drafter_svc.discovery): every address it lists gets one gRPC
-  channel, shared by all sessions placed there. Before a verifier takes sessions its
-  `GetModelInfo` must answer and its tokenizer fingerprint must equal the drafter's; after that
-  its `GetLoad` is polled every `poll_seconds`. A verifier that stops answering is not ready
+  channel, shared by all sessions placed there. Its `GetModelInfo` is polled every
+  `poll_seconds`: before it takes sessions it must answer and its tokenizer fingerprint must
+  equal the drafter's; each answer also brings its open sessions and the price of a new
+  session's first round (specdec/round_price.py). A verifier that stops answering is not ready
   until it answers again (and is checked again).
 - `place()` puts a new session on the ready verifier with the lowest load: (open sessions it
   reported + sessions this drafter placed there since that report) / its session limit; ties
@@ -12,7 +13,7 @@ Contract:
   that verifier for its whole life: a verifier that leaves the discovered set takes no new
   sessions, but its channel stays open until its last running session ends.
 - `report_broken(address)`: a session's stream to it broke; it takes no sessions until its next
-  load poll answers (resumable_session.py re-opens the session elsewhere meanwhile). Channels
+  poll answers (resumable_session.py re-opens the session elsewhere meanwhile). Channels
   reconnect within `max_reconnect_backoff_ms` (2 s) of a verifier's return.
 - No ready verifier: UNAVAILABLE naming what is known; only verifiers whose tokenizer differs:
   FAILED_PRECONDITION with the mismatch.
@@ -32,6 +33,7 @@ import grpc
 from drafter_svc.discovery import Discovery
 from drafter_svc.verifier_info import VerifierInfo
 from specdec.errors import FailedPrecondition, Unavailable
+from specdec.round_price import RoundPrice
 from specdec.tokenizer import Tokenizer
 from specdec.v1 import verifier_pb2, verifier_pb2_grpc
 
@@ -61,7 +63,7 @@ class Member:
         self.channel = channel
         self.stub = verifier_pb2_grpc.VerifierStub(channel)
         self.listed = True  # still in the discovered set
-        self.answering = False  # the last GetModelInfo/GetLoad succeeded
+        self.answering = False  # the last GetModelInfo succeeded
         self.model_info: verifier_pb2.ModelInfo | None = None
         self.mismatch: str | None = None
         self.open_sessions = 0  # as last reported
@@ -136,14 +138,17 @@ class VerifierPool:
         member.running += 1
         member.placed_since_report += 1
         try:
-            yield Placement(member.address, member.stub, info, VerifierInfo(frozenset(info.eos_token_ids), info.context_length))
+            yield Placement(
+                member.address, member.stub, info,
+                VerifierInfo(frozenset(info.eos_token_ids), info.context_length, RoundPrice.from_proto(info.price), info.open_sessions),
+            )
         finally:
             member.running -= 1
             if not member.listed and member.running == 0 and self.members.get(member.address) is member:
                 asyncio.ensure_future(self._drop(member))
 
     def report_broken(self, address: str) -> None:
-        """A session's stream to `address` broke: not ready until its next load poll answers."""
+        """A session's stream to `address` broke: not ready until its next poll answers."""
         member = self.members.get(address)
         if member is not None and member.answering:
             log.info("verifier %s: a session stream broke; not ready until it answers again", address)
@@ -198,18 +203,18 @@ class VerifierPool:
         await member.channel.close()
 
     async def _poll(self, member: Member) -> None:
-        """Check the model once per (re)connection, then keep the load current."""
+        """Check the model once per (re)connection; every poll keeps the load and price current."""
         timeout = max(5.0, 2 * self.poll_seconds)
         while True:
             try:
-                if member.model_info is None:
-                    info = await member.stub.GetModelInfo(verifier_pb2.GetModelInfoRequest(), timeout=timeout)
+                checked = member.model_info is not None
+                info = await member.stub.GetModelInfo(verifier_pb2.GetModelInfoRequest(), timeout=timeout)
+                if not checked:
                     member.mismatch = self._mismatch(member.address, info)
-                    member.model_info = info
-                    if not info.max_draft_depth:  # a verifier from before token trees: chains only
-                        info.max_draft_depth = info.max_draft_tokens
-                load = await member.stub.GetLoad(verifier_pb2.GetLoadRequest(), timeout=timeout)
-                member.open_sessions, member.max_sessions = load.open_sessions, load.max_sessions
+                if not info.max_draft_depth:  # a verifier from before token trees: chains only
+                    info.max_draft_depth = info.max_draft_tokens
+                member.model_info = info
+                member.open_sessions, member.max_sessions = info.open_sessions, info.max_sessions
                 member.placed_since_report = 0
                 was_answering, member.answering, member.down_logged = member.answering, True, False
                 if not was_answering:

@@ -1,7 +1,7 @@
 """A small real gRPC Verifier without a model, for drafter-side tests (pools, TLS, discovery).
 
-It serves GetModelInfo (with a chosen tokenizer fingerprint), GetLoad (its open streams plus a
-load the test sets) and Verify: every round is answered with nothing accepted and `next_token`
+It serves GetModelInfo (with a chosen tokenizer fingerprint, its open streams plus a load the
+test sets, and a round price the test may set) and Verify: every round is answered with nothing accepted and `next_token`
 as the recovered token, so a drafter's round loop runs against it unchanged. `break_after_rounds`
 (None: never) makes every stream (with `break_once`, the first one) fail with UNAVAILABLE once it has answered that many rounds, as a
 killed verifier's streams do; `opens` records every OpenSession received.
@@ -16,6 +16,7 @@ from concurrent import futures
 
 import grpc
 
+from specdec.round_price import RoundPrice
 from specdec.v1 import verifier_pb2, verifier_pb2_grpc
 
 
@@ -31,12 +32,14 @@ class FakeVerifier(verifier_pb2_grpc.VerifierServicer):
         break_after_rounds: int | None = None,
         break_once: bool = False,
         round_seconds: float = 0.0,
-        pass_seconds: tuple[float, ...] = (),
+        price: RoundPrice = RoundPrice(),
+        verdict_price: RoundPrice = RoundPrice(),
     ) -> None:
         self.break_after_rounds = break_after_rounds
         self.break_once = break_once  # only the first stream to reach break_after_rounds breaks
         self.round_seconds = round_seconds  # how long each round takes to answer
-        self.pass_seconds = pass_seconds  # the pass timings its ModelInfo reports (after 128 tokens)
+        self.price = price  # the first-round price its ModelInfo reports
+        self.verdict_price = verdict_price  # the next-round price every verdict reports
         self.opens: list[verifier_pb2.OpenSession] = []
         self.fingerprint = fingerprint
         self.max_sessions = max_sessions
@@ -45,7 +48,7 @@ class FakeVerifier(verifier_pb2_grpc.VerifierServicer):
         self.streams = 0
         self.rounds = 0  # rounds received
         self.answered = 0  # rounds answered: received, and round_seconds passed
-        self.load_calls = 0  # GetLoad polls answered
+        self.info_calls = 0  # GetModelInfo polls answered
         self._lock = threading.Lock()
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
         verifier_pb2_grpc.add_VerifierServicer_to_server(self, self.server)
@@ -59,6 +62,7 @@ class FakeVerifier(verifier_pb2_grpc.VerifierServicer):
         self.server.stop(0)
 
     def GetModelInfo(self, request, context) -> verifier_pb2.ModelInfo:  # type: ignore[no-untyped-def]
+        self.info_calls += 1
         return verifier_pb2.ModelInfo(
             model_name="fake",
             vocab_size=49152,
@@ -67,13 +71,10 @@ class FakeVerifier(verifier_pb2_grpc.VerifierServicer):
             context_length=8192,
             max_draft_tokens=32,
             max_draft_depth=16,
-            pass_seconds=self.pass_seconds,
-            pass_context_tokens=128 if self.pass_seconds else 0,
+            max_sessions=self.max_sessions,
+            open_sessions=self.streams + self.extra_load,
+            price=self.price.to_proto(),
         )
-
-    def GetLoad(self, request, context) -> verifier_pb2.Load:  # type: ignore[no-untyped-def]
-        self.load_calls += 1
-        return verifier_pb2.Load(open_sessions=self.streams + self.extra_load, max_sessions=self.max_sessions)
 
     def Verify(self, request_iterator, context) -> Iterator[verifier_pb2.VerifyResponse]:  # type: ignore[no-untyped-def]
         with self._lock:
@@ -98,6 +99,7 @@ class FakeVerifier(verifier_pb2_grpc.VerifierServicer):
                         num_accepted=0,
                         next_token_id=self.next_token,
                         acceptance_probs=[0.0] * len(request.round.nodes),
+                        price=self.verdict_price.to_proto(),
                     )
                 elif request.WhichOneof("kind") == "close":
                     return

@@ -28,7 +28,7 @@ import torch
 
 # Passes of more rows (prefills, big batches) keep F.linear: weight first was measured as fast
 # or faster at 1-11 and 16-64 rows (slower at 12-15 alone, which lone passes pad to 16: see
-# pass_sizes.py), and not beyond.
+# batch_planner.py), and not beyond.
 MAX_WEIGHT_FIRST_ROWS = 64
 
 

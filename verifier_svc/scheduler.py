@@ -5,17 +5,12 @@ the model (`call`) and runs every pass, and no other thread runs a parallel tens
 (each would get an OpenMP team of its own, which slows passes: docs/design/one-model-thread.md).
 It takes
 the first waiting round and, only while other sessions are open and have not yet submitted,
-waits for them: at most `max_wait_s` from the first round's arrival, and for the sessions whose
-verdicts went out and whose drafters are turning around, until their expected turnaround
-(round_gather.py: leaving them out splits the sessions into cohorts that take turns, with half
-the rows per pass). Then it takes the first round and each waiting round whose padding costs
-less than a pass of its own, within `max_batch_tokens` padded rows (pass_packing.py: a prompt's
-prefill does not pad decode rounds to its length), and runs them as one pass
-(batched_pass.score_batch; a lone round runs TargetModel.score, so a single session pays no
-extra latency). Rounds that arrive while a pass runs wait for the next one. Each round's
-validation or acceptance error goes back to its own stream only.
-
-What one pass does with the rounds it took (cut, score, learn from): round_pass.py.
+waits for them, then takes the rounds that share the pass and the nodes each keeps, as the batch
+planner says (batch_planner.py), and runs them as one pass (batched_pass.score_batch; a lone
+round runs TargetModel.score, so a single session pays no extra latency). Rounds that arrive
+while a pass runs wait for the next one. Each round's validation or acceptance error goes back
+to its own stream only. Every decode pass teaches the pass-cost fit (pass_price.py), from which
+`price` sets the price of a session's next round.
 """
 
 from __future__ import annotations
@@ -24,7 +19,6 @@ import asyncio
 import logging
 import threading
 import time
-import weakref
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -34,11 +28,10 @@ from typing import Any, TypeVar
 from specdec.errors import Unavailable
 from verifier_svc.acceptance import RoundVerdict
 from verifier_svc.batched_pass import PassInput, score_batch
-from verifier_svc.pass_packing import pack
-from verifier_svc.pass_time import DECODE_MAX_PENDING, PassTimeModel
-from verifier_svc.pass_width import GLOBAL_RATE, AcceptanceRate, primary_labels
-from verifier_svc.round_gather import Turnarounds, cohort_deadline
-from verifier_svc.round_pass import PassRecord, cached_entries, kept_nodes, new_tokens, pending_tokens, prune
+from specdec.round_price import RoundPrice
+from verifier_svc.batch_planner import BatchPlanner
+from verifier_svc.pass_price import DECODE_MAX_PENDING, PassPriceModel
+from verifier_svc.round_pass import PassRecord, cached_entries, prune
 from verifier_svc.session import PreparedRound, RoundInput, Session
 
 log = logging.getLogger(__name__)
@@ -61,21 +54,15 @@ class Scheduler:
         max_batch_tokens: int = 512,
         max_wait_s: float = 0.003,
         max_pass_rows: int = 0,
-        width_by_cost: bool = True,
         on_pass: Callable[[PassRecord], None] | None = None,
         before_pass: Callable[[Session, PreparedRound], None] | None = None,
     ) -> None:
         """open_sessions: how many sessions could submit a round (the wait stops once that many
         rounds are waiting). before_pass: a check per prepared round (e.g. KV memory) that may
         raise to refuse that round alone. max_pass_rows (0: off): under load, each round of a
-        B-round pass keeps at most max_pass_rows // B - pending of its nodes (see prune).
-        width_by_cost: cut the trees of a pass of several rounds to the width that pays
-        (pass_width.py)."""
+        B-round pass keeps at most max_pass_rows // B - pending of its nodes (batch_planner.py)."""
         self.open_sessions = open_sessions
-        self.max_batch_tokens = max_batch_tokens
-        self.max_wait_s = max_wait_s
-        self.max_pass_rows = max_pass_rows
-        self.width_by_cost = width_by_cost
+        self.planner = BatchPlanner(max_batch_tokens, max_wait_s, max_pass_rows)
         self.on_pass = on_pass
         self.before_pass = before_pass
         self._queue: deque[_Waiting] = deque()
@@ -83,14 +70,7 @@ class Scheduler:
         self._stopped = False
         self._worker: threading.Thread | None = None
         self._calls: deque[tuple[Callable[[], Any], Future[Any]]] = deque()  # for `call`
-        self.pass_time = PassTimeModel()
-        # Acceptance of drafts, per session and verifier-wide (a new session's prior).
-        self.acceptance = AcceptanceRate(rate=GLOBAL_RATE)
-        self._session_acceptance: weakref.WeakKeyDictionary[Session, AcceptanceRate] = weakref.WeakKeyDictionary()
-        # Sessions whose verdict went out and whose next round has not come, since when, and
-        # how fast each comes back (round_gather.py); written under self._cond.
-        self.turnarounds: Turnarounds[Session] = Turnarounds()
-        self._verdict_at: weakref.WeakKeyDictionary[Session, float] = weakref.WeakKeyDictionary()
+        self.pass_price = PassPriceModel()  # written by the worker thread only
 
     def depth(self) -> int:
         """Rounds waiting for a pass."""
@@ -153,9 +133,7 @@ class Scheduler:
         with self._cond:
             if self._stopped:
                 raise _stopping()
-            verdict_at = self._verdict_at.pop(session, None)
-            if verdict_at is not None:
-                self.turnarounds.observe(session, waiting.arrived - verdict_at)
+            self.planner.arrived(session, waiting.arrived)
             self._queue.append(waiting)
             self._cond.notify()
         return await waiting.future
@@ -167,24 +145,16 @@ class Scheduler:
                 self._cond.wait()
             if self._stopped or not self._queue:
                 return []
-            deadline = self._queue[0].arrived + self.max_wait_s
             while len(self._queue) < self.open_sessions() and not self._stopped:
-                left = max(deadline, self._cohort_deadline() or 0.0) - time.perf_counter()
+                left = self.planner.wait_until(self._queue[0].arrived, self.pass_price.fixed_seconds) - time.perf_counter()
                 if left <= 0:
                     break
                 self._cond.wait(left)
-            # The pass is padded to its longest round: rounds join it only while their padding
-            # costs less than a pass of their own (pass_packing.py); the others wait, in order,
-            # for the next pass.
+            # The others wait, in order, for the next pass.
             waiting = list(self._queue)
-            chosen = set(pack([new_tokens(w.session, w.round) for w in waiting], [pending_tokens(w.session) for w in waiting], self.max_batch_tokens))
+            chosen = set(self.planner.choose([(w.session, w.round) for w in waiting]))
             self._queue = deque(w for i, w in enumerate(waiting) if i not in chosen)
             return [w for i, w in enumerate(waiting) if i in chosen]
-
-    def _cohort_deadline(self) -> float | None:
-        """Until when to wait for the sessions turning around (round_gather.py)."""
-        out = [(at, self.turnarounds.expected(s)) for s, at in self._verdict_at.items() if not s.closed]
-        return cohort_deadline(out, self.pass_time.fixed_seconds, self.max_wait_s)
 
     def _next_call(self) -> tuple[Callable[[], Any], Future[Any]] | None:
         with self._cond:
@@ -212,9 +182,7 @@ class Scheduler:
         """Prepare each round, score the valid ones in one pass, finish each; resolve futures."""
         started = time.perf_counter()
         ready: list[tuple[_Waiting, PreparedRound]] = []
-        keep = kept_nodes(
-            [(w.session, w.round) for w in batch], self.max_pass_rows, self.pass_time if self.width_by_cost else None, self._rate,
-        )
+        keep = self.planner.kept([(w.session, w.round) for w in batch])
         for w, nodes in zip(batch, keep):
             try:
                 # The whole round is validated, then cut: a bad node is refused whatever the load.
@@ -248,15 +216,10 @@ class Scheduler:
                 results.append((w, None, error))
         seconds = time.perf_counter() - started
         if max(len(p.pending) for _, p in ready) <= DECODE_MAX_PENDING:
-            self.pass_time.observe(rows, slots, seconds)
-        for (w, p), (_, verdict, _) in zip(ready, results):
-            if isinstance(verdict, RoundVerdict) and len(p.tree):
-                labels = primary_labels(p.round.parents, verdict.acceptance_probs.tolist(), set(verdict.accepted_nodes))
-                self._rate(w.session).update(labels)
-                self.acceptance.update(labels)
+            self.pass_price.observe(rows, slots, seconds, len(ready))
         record = PassRecord(
             len(ready), sum(len(p.pending) + len(p.tree) for _, p in ready), [started - w.arrived for w, _ in ready],
-            seconds, rows, slots, self.pass_time.row_seconds,
+            seconds, rows, slots,
         )
         if self.on_pass:  # before the verdicts go out: a client that has its verdict sees the pass counted
             try:
@@ -264,18 +227,14 @@ class Scheduler:
             except Exception:  # noqa: BLE001 - a broken hook (metrics) must not withhold the verdicts
                 log.exception("the pass hook failed")
         with self._cond:  # before the verdicts go out: their turnarounds start now
-            now = time.perf_counter()
-            for w, _, error in results:
-                if error is None:
-                    self._verdict_at[w.session] = now
+            self.planner.answered([w.session for w, _, error in results if error is None], time.perf_counter())
         for w, verdict, error in results:
             _resolve(w, result=None if error else (verdict, record), error=error)
 
-    def _rate(self, session: Session) -> AcceptanceRate:
-        rate = self._session_acceptance.get(session)
-        if rate is None:
-            rate = self._session_acceptance[session] = AcceptanceRate(self.acceptance.alpha)
-        return rate
+    def price(self, context: int, shared: int) -> RoundPrice:
+        """The price of a session's next round after `context` cached tokens, with `shared`
+        rounds likely in its pass (pass_price.py)."""
+        return self.pass_price.price(context, shared)
 
 
 def _stopping() -> Unavailable:

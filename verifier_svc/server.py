@@ -24,6 +24,7 @@ from specdec.metrics import VerifierMetrics, serve_metrics
 from specdec.sampling_params import SamplingParams
 from specdec.tokenizer import Tokenizer
 from specdec.v1 import verifier_pb2, verifier_pb2_grpc
+from verifier_svc.backends.pass_timing import PRICE_CONTEXT_TOKENS, time_lone_passes
 from verifier_svc.model_loader import ModelNotServable, one_line, open_model, placement_error, resolve_dtype, served_name
 from verifier_svc.servicer import Batching, VerifierServicer
 from verifier_svc.session import Limits, RoundInput, Session
@@ -59,14 +60,15 @@ def load_target(config: VerifierSettings) -> tuple[TargetModel, Tokenizer]:
                 "pass sizes on %s: %s ms for 1..%d tokens; passes padded to %s", target.backend.kind,
                 [round(1000 * t, 1) for t in seconds], len(seconds), target.pass_tokens,
             )
+    if not target.pass_seconds:  # not tuned: the round price still starts from this device's own passes
+        target.pass_seconds, target.pass_context_tokens = time_lone_passes(target), PRICE_CONTEXT_TOKENS
     return target, tokenizer
 
 
 async def run(config: VerifierSettings) -> None:
     metrics = VerifierMetrics(lambda: servicer.sessions.open, config.max_sessions, lambda: float(servicer.target is not None))
     batching = Batching(
-        config.max_batch_tokens, config.max_wait_ms, config.max_pass_rows, config.cut_batched_drafts, config.max_kv_bytes,
-        config.retry_after_ms,
+        config.max_batch_tokens, config.max_wait_ms, config.max_pass_rows, config.max_kv_bytes, config.retry_after_ms,
     )
     servicer = VerifierServicer(
         config.max_sessions, config.max_draft_tokens, config.max_draft_depth, config.context_length, batching, metrics,

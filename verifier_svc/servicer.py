@@ -14,6 +14,7 @@ from specdec.errors import FailedPrecondition, InvalidArgument, SpecdecError, Un
 from specdec.grammar import GrammarCompiler
 from specdec.output_constraint import constraint_from_proto
 from specdec.penalties import penalties_from_proto
+from specdec.round_price import RoundPrice
 from specdec.sampling_params import sampling_from_proto
 from specdec.tokenizer import Tokenizer
 from specdec.v1 import common_pb2, verifier_pb2, verifier_pb2_grpc
@@ -21,7 +22,8 @@ from verifier_svc.acceptance import RoundVerdict
 from verifier_svc.kv_cache import kv_bytes_per_token
 from verifier_svc.output_rules import OutputOptions
 from verifier_svc.prefix_cache import PrefixCache
-from verifier_svc.scheduler import PassRecord, Scheduler
+from verifier_svc.round_pass import PassRecord, cached_entries
+from verifier_svc.scheduler import Scheduler
 from verifier_svc.session import Limits, RoundInput, Session, SessionTable
 from verifier_svc.target_model import TargetModel
 
@@ -32,8 +34,7 @@ class Batching:
 
     max_batch_tokens: int = 512
     max_wait_ms: float = 3.0
-    max_pass_rows: int = 0  # 0: never prune trees under load (round_pass.prune)
-    cut_by_cost: bool = True  # cut a batched pass's drafts to the width that pays (pass_width.py)
+    max_pass_rows: int = 0  # 0: no limit on a batched pass's rows (batch_planner.kept_nodes)
     max_kv_bytes: int = 0  # 0: no limit
     retry_after_ms: int = 1000
 
@@ -58,15 +59,12 @@ def output_from_proto(msg: verifier_pb2.OpenSession) -> OutputOptions:
 
 
 def verdict_to_proto(
-    verdict: RoundVerdict, seconds: float, queued_rounds: int = 0, open_sessions: int = 0, record: PassRecord | None = None
+    verdict: RoundVerdict, seconds: float, queued_rounds: int = 0, open_sessions: int = 0, price: RoundPrice = RoundPrice()
 ) -> verifier_pb2.VerifyResponse:
     return verifier_pb2.VerifyResponse(
         queued_rounds=queued_rounds,
         open_sessions=open_sessions,
-        pass_rounds=record.rounds if record else 0,
-        pass_seconds=record.seconds if record else 0.0,
-        pass_rows=record.rows if record else 0,
-        row_seconds=record.row_seconds if record else 0.0,
+        price=price.to_proto(),
         num_accepted=verdict.num_accepted,
         next_token_id=verdict.next_token,
         next_is_bonus=verdict.is_bonus,
@@ -104,7 +102,6 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServicer):
             max_batch_tokens=batching.max_batch_tokens,
             max_wait_s=batching.max_wait_ms / 1000,
             max_pass_rows=batching.max_pass_rows,
-            width_by_cost=batching.cut_by_cost,
             on_pass=self._on_pass,
             before_pass=self.sessions.check_round,
         )
@@ -130,9 +127,10 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServicer):
             context_length=context,
             max_draft_tokens=self.max_draft_tokens,
             max_draft_depth=self.max_draft_depth,
-            pass_seconds=target.pass_seconds,
-            pass_context_tokens=target.pass_context_tokens,
+            max_sessions=self.sessions.max_sessions,
         )
+        # The price starts from the lone passes timed at start (server.load_target).
+        self.scheduler.pass_price.seed(target.pass_seconds, target.pass_context_tokens)
         if self.batching.max_kv_bytes:
             self.sessions.max_kv_tokens = self.batching.max_kv_bytes // kv_bytes_per_token(target.model.config, target.dtype)
         self.compiler = GrammarCompiler(tokenizer.to_json(), tokenizer.eos_token_ids, target.vocab_size)
@@ -150,12 +148,14 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServicer):
 
     async def GetModelInfo(self, request, context) -> verifier_pb2.ModelInfo:  # type: ignore[no-untyped-def]
         self._require_ready()
-        return self.info
-
-    async def GetLoad(self, request, context) -> verifier_pb2.Load:  # type: ignore[no-untyped-def]
-        return verifier_pb2.Load(
-            open_sessions=self.sessions.open, max_sessions=self.sessions.max_sessions, row_seconds=self.scheduler.pass_time.row_seconds
-        )
+        info = verifier_pb2.ModelInfo()
+        info.CopyFrom(self.info)
+        info.open_sessions = self.sessions.open
+        # A new session's first round alone in its pass (a prompt's prefill mostly runs alone);
+        # a drafter prices a session that shares passes by the latest verdict it got.
+        price = self.scheduler.price(self.scheduler.pass_price.seed_context, 1)
+        info.price.CopyFrom(price.to_proto())
+        return info
 
     async def Verify(
         self, request_iterator: AsyncIterator[verifier_pb2.VerifyRequest], context: grpc.aio.ServicerContext
@@ -205,7 +205,8 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServicer):
                         self.rounds_in_flight -= 1
                     if self.metrics:
                         self.metrics.observe_verdict(verdict, len(request.round.nodes))
-                    yield verdict_to_proto(verdict, time.perf_counter() - started, queued, self.sessions.open, record)
+                    price = self.scheduler.price(cached_entries(session), max(record.rounds, self.sessions.open))
+                    yield verdict_to_proto(verdict, time.perf_counter() - started, queued, self.sessions.open, price)
                 elif kind == "close":
                     if session is None:
                         raise FailedPrecondition("close", "no session to close")

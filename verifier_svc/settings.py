@@ -30,11 +30,7 @@ class VerifierSettings:
     max_draft_depth: int = field(default=16, metadata={"group": "limits", "help": "depth of a round's token tree at most"})
     max_batch_tokens: int = field(default=512, metadata={"group": "performance", "help": "new tokens per batched target pass at most (one round always fits)"})
     max_wait_ms: float = field(default=3.0, metadata={"group": "performance", "help": "how long a round may wait for other sessions' rounds to join its pass (besides the wait for sessions turning around: scheduler.py)"})
-    max_pass_rows: int = field(default=0, metadata={"group": "performance", "help": "under load, trees are cut so a pass of B rounds has about this many token rows (0: never; ~48 suits a 2-core CPU)"})
-    cut_batched_drafts: bool = field(
-        default=True,
-        metadata={"group": "performance", "help": "in a pass of several rounds, keep each round's drafts only as far as they pay by the fitted pass cost (false: keep them all)"},
-    )
+    max_pass_rows: int = field(default=0, metadata={"group": "performance", "help": "a hard limit: in a pass of B rounds each round keeps at most this many token rows / B, its drafted trees cut to fit (0: no limit)"})
     max_kv_bytes: int = field(default=0, metadata={"group": "limits", "help": "KV cache memory of all sessions at most, in bytes; new sessions past it get RESOURCE_EXHAUSTED (0: no limit)"})
     retry_after_ms: int = field(default=1000, metadata={"group": "limits", "help": "the retry hint (trailing metadata retry-after-ms) sent with RESOURCE_EXHAUSTED"})
     context_length: int = field(default=0, metadata={"group": "limits", "help": "tokens per session at most (0: the model's own limit)"})
@@ -43,7 +39,7 @@ class VerifierSettings:
     prefix_cache_tokens: int = field(default=8192, metadata={"group": "performance", "help": "prompt tokens whose keys/values are kept for reuse by later sessions (0: off)"})
     tune_pass_sizes: bool = field(
         default=True,
-        metadata={"group": "performance", "help": "time lone passes of 1-16 tokens at start; on CPU in both linear layouts (~8 s), keeping the faster layout (linear_layout.py) and padding each lone pass to the fastest size at or above its own (pass_sizes.py)"},
+        metadata={"group": "performance", "help": "time lone passes of 1-16 tokens at start; on CPU in both linear layouts (~8 s), keeping the faster layout (linear_layout.py) and padding each lone pass to the fastest size at or above its own (batch_planner.py); the timings also start the round price (pass_price.py), which is timed briefly when this is off"},
     )
     cuda_graphs: bool = field(
         default=True,

@@ -63,7 +63,7 @@ class TargetModel:
         (within each layer's window: layer_masks.py). Return [n+1, vocab] float32 logits on the CPU: row 0 after the root, row i+1 after node i.
 
         Only those rows go through the output head (on a backend's static pass, all rows do). A
-        pass may be padded (to pass_tokens[real - 1] tokens: pass_sizes.py; a static pass to its
+        pass may be padded (to pass_tokens[real - 1] tokens: backends/cpu_tuning.py; a static pass to its
         size) with tokens no real token attends to. The cache grows by
         exactly len(pending) + n entries: the pending tokens, then the nodes in node order (see
         KVCache.keep for keeping one path).

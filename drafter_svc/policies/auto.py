@@ -9,10 +9,10 @@ import numpy as np
 
 from drafter_svc.acceptance_predictor import chain_acceptance
 from drafter_svc.draft import Draft
-from drafter_svc.pass_cost import RelativeCost
 from drafter_svc.policies.depth_math import scaled_nodes
 from drafter_svc.policies.pricing_policy import PricingPolicy
 from drafter_svc.policies.session_estimates import SessionEstimates
+from specdec.round_price import RoundPrice
 
 
 class AutoPolicy(PricingPolicy):
@@ -37,7 +37,7 @@ class AutoPolicy(PricingPolicy):
         return list(np.cumsum(chain_acceptance(session.predict(draft, path, copied))))[: len(depths)]
 
     def chain_pays(
-        self, session: SessionEstimates, chain: Draft, max_depth: int, max_nodes: int, cost: RelativeCost, step: float,
+        self, session: SessionEstimates, chain: Draft, max_depth: int, max_nodes: int, cost: RoundPrice, step: float,
         first: float,
     ) -> bool:
         j = len(chain)

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from drafter_svc.acceptance_predictor import chain_acceptance
-from drafter_svc.pass_cost import RelativeCost
+from specdec.round_price import RoundPrice
 
 
 def expected_tokens(alpha: float, k: int) -> float:
@@ -23,7 +23,7 @@ def best_depth(gains: Sequence[float], costs: Sequence[float]) -> int:
     return int(np.argmax(np.asarray(rates) - 1e-12 * np.arange(len(rates))))
 
 
-def leviathan_depth(alpha: float, max_depth: int, cost: RelativeCost) -> int:
+def leviathan_depth(alpha: float, max_depth: int, cost: RoundPrice) -> int:
     """Leviathan's optimal draft length for a chain: argmax over k in [0, max_depth] of
     expected_tokens(alpha, k) / cost.of(k)."""
     return best_depth([expected_tokens(alpha, k) for k in range(max_depth + 1)], [cost.of(k) for k in range(max_depth + 1)])

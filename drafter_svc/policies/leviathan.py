@@ -6,10 +6,10 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from drafter_svc.draft import Draft
-from drafter_svc.pass_cost import RelativeCost
 from drafter_svc.policies.depth_math import best_depth, expected_tokens, scaled_nodes
 from drafter_svc.policies.pricing_policy import PricingPolicy
 from drafter_svc.policies.session_estimates import SessionEstimates
+from specdec.round_price import RoundPrice
 
 
 class LeviathanPolicy(PricingPolicy):
@@ -26,7 +26,7 @@ class LeviathanPolicy(PricingPolicy):
         return [expected_tokens(alpha, d) for d in depths]
 
     def chain_pays(
-        self, session: SessionEstimates, chain: Draft, max_depth: int, max_nodes: int, cost: RelativeCost, step: float,
+        self, session: SessionEstimates, chain: Draft, max_depth: int, max_nodes: int, cost: RoundPrice, step: float,
         first: float,
     ) -> bool:
         costs = [cost.of(scaled_nodes(k, max_depth, max_nodes)) + step * k + first * (k > 0) for k in range(max_depth + 1)]

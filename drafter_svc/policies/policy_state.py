@@ -1,14 +1,14 @@
 """What one drafter process learns across its sessions: acceptance per kind of draft, and the
-verifier's pass costs and load. Pure, no locks: asyncio runs its users between awaits."""
+latest round price and load a verifier reported. Pure, no locks: asyncio runs its users between
+awaits."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import NamedTuple
 
-from drafter_svc.acceptance_predictor import AcceptancePredictor, SessionAcceptance
-from drafter_svc.pass_cost import PassCostModel
-from drafter_svc.policies.load_price import LoadPrice
+from drafter_svc.acceptance_predictor import AcceptancePredictor
+from specdec.acceptance_rate import AcceptanceRate
+from specdec.round_price import RoundPrice
 
 DEFAULT_STOP_THRESHOLD = 0.5  # the middle of SpecDec++'s grid {0.1, 0.3, 0.5, 0.7, 0.9}
 DEFAULT_LOAD_WEIGHT = 1.0
@@ -33,8 +33,8 @@ class LearnedKind(NamedTuple):
 
 class PolicyState:
     """What one drafter process learns across sessions: an acceptance predictor per LearnedKind,
-    the verifier's pass costs, and each kind's mean acceptance (from PRIOR_ACCEPTANCE on; where a
-    session that stopped drafting relaxes to, so it tries again)."""
+    the latest verdict's price and load, and each kind's mean acceptance (from PRIOR_ACCEPTANCE
+    on; where a session that stopped drafting relaxes to, so it tries again)."""
 
     def __init__(self, stop_threshold: float = DEFAULT_STOP_THRESHOLD, load_weight: float = DEFAULT_LOAD_WEIGHT) -> None:
         if not 0.0 <= stop_threshold <= 1.0:
@@ -43,35 +43,26 @@ class PolicyState:
             raise ValueError(f"load_weight must be >= 0, got {load_weight}")
         self.stop_threshold = stop_threshold
         self.load_weight = load_weight
-        self.costs = PassCostModel()
-        self.costs_seeded = False
         self.predictors: dict[LearnedKind, AcceptancePredictor] = {}
-        self.mean_acceptance: dict[LearnedKind, SessionAcceptance] = {}
-        # The pass of the latest verdict any session got: a new session's first guess at the load
-        # (with several verifiers, of whichever answered last), until its own first verdict.
-        self.last_price: LoadPrice | None = None
-        self.last_multi: LoadPrice | None = None  # the latest of those that held several rounds
+        self.mean_acceptance: dict[LearnedKind, AcceptanceRate] = {}
+        # The price and the verifier's open sessions of the latest verdict any session got (with
+        # several verifiers, of whichever answered last): a new session's price where its
+        # verifier gave none.
+        self.last_price = RoundPrice()
+        self.last_open_sessions = 0
         self.open_sessions = 0  # generations of this process under way (the servicer counts them)
         self.unread: dict[LearnedKind, int] = {}  # sessions in a row that left a long prompt unread
 
-    def seed_costs(self, pass_seconds: Sequence[float], context_tokens: int) -> None:
-        """Start the pass cost model from a verifier's own timings (ModelInfo.pass_seconds), once,
-        before any round has taught it (pass_cost.py, PassCostModel.seed)."""
-        if not self.costs_seeded and self.costs.observations == 0 and pass_seconds:
-            self.costs.seed(pass_seconds, context_tokens)
-            self.costs_seeded = True
-
     def busy(self) -> bool:
-        """Another generation of this process is under way, or the last pass any of its sessions
-        heard of held several rounds or served several sessions."""
-        price = self.last_price
-        return self.open_sessions > 1 or (price is not None and max(price.rounds, price.open_sessions) >= 2)
+        """Another generation of this process is under way, or the latest verdict any of its
+        sessions got said the verifier serves several sessions."""
+        return self.open_sessions > 1 or self.last_open_sessions >= 2
 
     def predictor(self, drafter: str, greedy: bool = True, race: bool = False, partial: bool = False) -> AcceptancePredictor:
         """The acceptance predictor of `drafter`'s drafts of this kind (LearnedKind)."""
         return self.predictors.setdefault(LearnedKind(drafter, greedy, race, partial), AcceptancePredictor())
 
-    def drafter_acceptance(self, drafter: str, greedy: bool = True, race: bool = False, partial: bool = False) -> SessionAcceptance:
+    def drafter_acceptance(self, drafter: str, greedy: bool = True, race: bool = False, partial: bool = False) -> AcceptanceRate:
         """The mean acceptance of `drafter`'s drafts of this kind (LearnedKind)."""
         key = LearnedKind(drafter, greedy, race, partial)
-        return self.mean_acceptance.setdefault(key, SessionAcceptance(prior=PRIOR_ACCEPTANCE.get(drafter, 0.5), rate=0.05))
+        return self.mean_acceptance.setdefault(key, AcceptanceRate(prior=PRIOR_ACCEPTANCE.get(drafter, 0.5), rate=0.05))

@@ -1,9 +1,9 @@
 """What the pricing policies (`leviathan`, `auto`) share: each depth's expected tokens over the
 round's cost in plain rounds, the best ratio sent, and probes after declining.
 
-A round's cost is its pass (SessionEstimates.cost, with the node budget scaled to the depth) plus,
-for a model drafter, every step it drafted: steps are sunk once the policy cuts the draft, but
-part of the round's cost. After PROBE_AFTER declined rounds the session sends its best
+A round's cost is its pass as the verifier prices it (SessionEstimates.cost, with the node budget
+scaled to the depth) plus, for a model drafter, every step it drafted: steps are sunk once the
+policy cuts the draft, but part of the round's cost. After PROBE_AFTER declined rounds the session sends its best
 non-empty depth once (a probe), and a model drafter drafts its first step for it, unless that
 step (with a prompt left unread, the whole read) costs a plain round or more.
 """
@@ -16,10 +16,10 @@ from typing import ClassVar
 
 from drafter_svc.draft import Draft
 from drafter_svc.draft_tree import nodes_within
-from drafter_svc.pass_cost import RelativeCost
 from drafter_svc.policies.depth_math import best_depth, scaled_nodes
 from drafter_svc.policies.draft_length_policy import DraftLengthPolicy
 from drafter_svc.policies.session_estimates import SessionEstimates
+from specdec.round_price import RoundPrice
 
 
 class PricingPolicy(DraftLengthPolicy):
@@ -36,7 +36,7 @@ class PricingPolicy(DraftLengthPolicy):
 
     @abstractmethod
     def chain_pays(
-        self, session: SessionEstimates, chain: Draft, max_depth: int, max_nodes: int, cost: RelativeCost, step: float,
+        self, session: SessionEstimates, chain: Draft, max_depth: int, max_nodes: int, cost: RoundPrice, step: float,
         first: float,
     ) -> bool:
         """Whether a model drafter that has drafted `chain` should draft on: the round's `cost`,

@@ -1,12 +1,14 @@
-"""What one generation session knows while it drafts: its acceptance rates, what its next round
-will cost, the load, and when it last probed. Every draft-length policy reads it; none changes
+"""What one generation session knows while it drafts: its acceptance rates, the price of its
+next round, the load, and when it last probed. Every draft-length policy reads it; none changes
 it but through `observe`.
 
-Costs are in units of a plain round (Leviathan's c, section 3.2): priced by the verifier's
-description of a batched pass when the verifier is shared (load_price.py), else by the fitted
-cost of a lone pass at the session's context (pass_cost.py); the first round's pass also reads
-the prompt (the prefill), and a model drafter's one-time read of the prompt is shared by the
-rounds the session has left (`read_share`).
+Costs are in plain decoding passes, as the verifier prices the session's next round
+(specdec/round_price.py): the price of a new session's first round comes with the verifier's
+ModelInfo, each later one with the verdict before it. The drafter adds only what the verifier
+cannot see: the first round's pass also reads the prompt (the prefill, priced with the same
+RoundPrice: RoundPrice.with_pending), a model drafter's steps in units of the plain pass's
+seconds, and its one-time read of the prompt shared by the rounds the session has left
+(`read_share`).
 """
 
 from __future__ import annotations
@@ -15,13 +17,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from drafter_svc.acceptance_predictor import SessionAcceptance, node_features
+from drafter_svc.acceptance_predictor import node_features
 from drafter_svc.draft import Draft
 from drafter_svc.draft_tree import primary_path
-from drafter_svc.pass_cost import RelativeCost
 from drafter_svc.policies.depth_math import expected_tokens, scaled_nodes
-from drafter_svc.policies.load_price import LoadPrice
 from drafter_svc.policies.policy_state import LearnedKind, PolicyState
+from specdec.acceptance_rate import AcceptanceRate
+from specdec.round_price import RoundPrice
 
 COPY = "copy"  # the drafter whose learned state a hybrid session's copy drafts share
 # After this many rounds in a row in which a pricing policy sent nothing although the drafter had
@@ -40,23 +42,28 @@ class SessionEstimates:
 
     def __init__(
         self, drafter: str, state: PolicyState, prompt_tokens: int = 0, greedy: bool = True, max_new_tokens: int = 0,
-        race: bool = False, partial_prompt: bool = False,
+        race: bool = False, partial_prompt: bool = False, price: RoundPrice = RoundPrice(), open_sessions: int = 0,
     ) -> None:
         """prompt_tokens: the prompt's length, which the first round's pass scores too; greedy: the
         session's verification (else speculative sampling, or with `race` the exponential race);
         max_new_tokens: the session's limit (0: unknown; a model's read of the prompt is then
         priced against one round); partial_prompt: the drafter reads only the end of the prompt
-        (its window), so its drafts are learned apart (LearnedKind)."""
+        (its window), so its drafts are learned apart (LearnedKind); open_sessions: the sessions
+        open on the verifier, this one included; price: the verifier's price of a first round
+        alone in its pass (ModelInfo). A session that starts sharing passes, or without a price,
+        starts from the latest price any session of this process got, where there is one."""
         self.drafter = drafter
         self.greedy = greedy
         self.race = race and not greedy
         self.partial_prompt = partial_prompt
         self.state = state
-        self.session = SessionAcceptance(prior=state.drafter_acceptance(*self.kind()).alpha)
+        self.session = AcceptanceRate(prior=state.drafter_acceptance(*self.kind()).alpha)
         # The copy drafts of a hybrid session: their own rate and predictor.
-        self.copy_session = SessionAcceptance(prior=state.drafter_acceptance(*self.kind(copied=True)).alpha)
+        self.copy_session = AcceptanceRate(prior=state.drafter_acceptance(*self.kind(copied=True)).alpha)
         self.load = 0  # rounds ahead of our last round in the verifier
-        self.price: LoadPrice | None = None  # the pass of our last verdict
+        self.open_sessions = open_sessions  # on the verifier, as it last said
+        shared_or_unknown = self.shared() or not price.known
+        self.price = state.last_price if shared_or_unknown and state.last_price.known else price  # of the next round
         self.declined = 0  # rounds in a row that sent nothing although there was a draft
         self.prompt_tokens = prompt_tokens
         self.rounds = 0  # verdicts observed
@@ -73,19 +80,14 @@ class SessionEstimates:
             return LearnedKind(COPY, self.greedy, self.race, False)
         return LearnedKind(self.drafter, self.greedy, self.race, self.partial_prompt)
 
-    def cost(self) -> RelativeCost:
-        """A round's cost in plain rounds: priced against the prefill in the first round, by the
-        load price in a batched pass, else by the cost model at the session's context (scaled by
-        the rounds queued ahead when the verifier does not describe its passes)."""
-        price = self.load_price()
-        if self.prefill_round():
-            # Drafted nodes add t_node each to a pass of prefill_seconds(), and no fixed jump.
-            return RelativeCost(self.state.costs.node_seconds() / self.prefill_seconds(), 0.0)
-        if price is not None and price.batched:
-            return price.relative()
-        if price is not None and price.rounds >= 1:  # a lone pass: nothing queued behind it
-            return self.state.costs.relative(self.context())
-        return self.state.costs.relative(self.context()).scaled(1.0 + self.state.load_weight * self.load)
+    def cost(self) -> RoundPrice:
+        """The next round's price: the verifier's, but for the first round alone in its pass,
+        whose pass also reads the prompt."""
+        return self.price.with_pending(self.prompt_tokens - 1) if self.prefill_round() else self.price
+
+    def shared(self) -> bool:
+        """The session's rounds share the verifier's passes with other sessions' rounds."""
+        return self.open_sessions >= 2
 
     def context(self) -> int:
         """The tokens in the session's verifier cache before its next round: prompt and emitted."""
@@ -93,12 +95,7 @@ class SessionEstimates:
 
     def prefill_round(self) -> bool:
         """The next round is the first, alone in its pass: the pass that reads the prompt."""
-        price = self.load_price()
-        return self.rounds == 0 and self.prompt_tokens > 1 and not (price is not None and price.batched)
-
-    def prefill_seconds(self) -> float:
-        """The first pass without drafts: t_plain + t_node (prompt - 1) seconds."""
-        return self.state.costs.plain(1) + self.state.costs.node_seconds() * (self.prompt_tokens - 1)
+        return self.rounds == 0 and self.prompt_tokens > 1 and not self.shared()
 
     def read_share(self, max_depth: int) -> float:
         """The share of a model drafter's one-time read of the prompt that the next round pays:
@@ -114,27 +111,13 @@ class SessionEstimates:
         return self.step_cost(catch_up_seconds) * (self.read_share(max_depth) if reads_prompt else 1.0)
 
     def step_cost(self, step_seconds: float) -> float:
-        """One model-drafter step of `step_seconds` in units of the next round's pass without
-        drafts (Leviathan's c): the plain round's share of the pass our next round will likely
-        share, the first pass (the prefill), or a lone plain pass."""
-        price = self.load_price()
-        if price is not None and price.batched:
-            return step_seconds / price.plain_share()
-        return step_seconds / (self.prefill_seconds() if self.prefill_round() else self.state.costs.plain(self.context()))
+        """One model-drafter step of `step_seconds` in units of the next round's plain pass
+        (Leviathan's c): its share of a shared pass, the first pass (the prefill), or a lone
+        plain pass; 0 without a price."""
+        unit = self.cost().plain_seconds
+        return step_seconds / unit if unit > 0 else 0.0
 
-    def load_price(self) -> LoadPrice | None:
-        """The pass our next round will likely share. Its size: the open sessions our last verdict
-        (or, before our first, the process's last) reported, at least that pass's rounds. Its
-        per-round cost: from our last pass if it held several rounds, else from the latest that
-        did of any session (a prompt's prefill runs alone, but the next round lands in the busy
-        verifier's batches)."""
-        latest = self.price if self.price is not None else self.state.last_price
-        if latest is None or max(latest.rounds, latest.open_sessions) < 2:
-            return latest
-        base = latest if latest.rounds >= 2 else (self.state.last_multi or latest)
-        return LoadPrice(base.rounds, base.seconds, base.rows, base.row_seconds, max(latest.open_sessions, latest.rounds))
-
-    def chain_rates(self, cost: RelativeCost, step: float, first: float, max_depth: int, max_nodes: int) -> list[float]:
+    def chain_rates(self, cost: RoundPrice, step: float, first: float, max_depth: int, max_nodes: int) -> list[float]:
         """Leviathan's expected tokens per unit of cost of a model drafter's chain of k = 0..max_depth
         tokens at the session's rate: the round's `cost`, `step` per token and, for k >= 1,
         `first` (the first step's extra), in plain rounds."""
@@ -150,9 +133,11 @@ class SessionEstimates:
         (read_share), emits more tokens per unit of cost than plain decoding; or
         READ_AFTER_UNREAD sessions of its kind in a row left theirs unread. Counts the sessions
         that do not read."""
-        key, plain = self.kind(), self.state.costs.plain(self.context())
+        key, plain = self.kind(), self.price.plain_seconds
+        if plain <= 0:  # no price: drafting is priced as free, so reading pays
+            return True
         first = read_seconds / plain * self.read_share(max_depth)
-        rates = self.chain_rates(self.state.costs.relative(self.context()), step_seconds / plain, first, max_depth, max_nodes)
+        rates = self.chain_rates(self.price, step_seconds / plain, first, max_depth, max_nodes)
         if max(rates[1:], default=0.0) > rates[0] or self.state.unread.get(key, 0) >= READ_AFTER_UNREAD:
             self.state.unread[key] = 0
             return True
@@ -164,8 +149,7 @@ class SessionEstimates:
         """A pricing policy has declined PROBE_AFTER (with backoff) rounds in a row: send the best
         depth of at least 1. Not in a batched pass, where a probe pads every round of it; a
         session that declines under load probes once the load is gone."""
-        price = self.load_price()
-        return self.declined >= self.probe_after and not (price is not None and price.batched)
+        return self.declined >= self.probe_after and not self.shared()
 
     def threshold(self) -> float:
         """specdec++'s stop threshold, divided by 1 + load_weight x the rounds queued ahead."""
@@ -177,27 +161,23 @@ class SessionEstimates:
         return self.state.predictor(*self.kind(copied)).predict(node_features(draft, nodes), session.alpha)
 
     def observe(
-        self, sent: Draft, acceptance_probs: Sequence[float], verify_seconds: float, queued_rounds: int, *,
-        first_round: bool, had_draft: bool, price: LoadPrice | None = None, copied: bool = False, emitted: int = 0,
+        self, sent: Draft, acceptance_probs: Sequence[float], queued_rounds: int, *, had_draft: bool,
+        price: RoundPrice = RoundPrice(), open_sessions: int = 0, copied: bool = False, emitted: int = 0,
     ) -> None:
-        """Learn from the verdict on `sent`: acceptance labels of its primary path, the pass's
-        cost (not the first round's, which includes the prefill, nor a round that queued or
-        shared its pass), and the verifier's load. had_draft: the drafter had proposed something
-        this round; price: the verdict's description of its pass (None: not reported); copied:
+        """Learn from the verdict on `sent`: acceptance labels of its primary path, the next
+        round's price and the verifier's load (queued_rounds, open_sessions). had_draft: the
+        drafter had proposed something this round; price unknown: the last one stays; copied:
         `sent` was a hybrid session's copy draft, whose labels teach the copy predictor; emitted:
         the tokens the round emitted."""
-        context = self.context()  # what the pass found cached
         self.rounds += 1
         self.emitted += emitted
         self.load = max(0, queued_rounds)
-        self.price = price if price is not None and price.rounds > 0 else None
-        self.state.last_price = self.price
-        if self.price is not None and self.price.rounds >= 2:
-            self.state.last_multi = self.price
-        if not first_round and queued_rounds == 0 and (self.price is None or self.price.rounds == 1):
-            self.state.costs.observe(len(sent), verify_seconds, context)
-        # The verifier may have cut the tree under load (verifier_svc/pass_width.py): the nodes
-        # it kept, a prefix, are the ones with labels.
+        self.open_sessions = open_sessions
+        self.state.last_open_sessions = open_sessions
+        if price.known:
+            self.price = self.state.last_price = price
+        # A verifier's hard limit (--max-pass-rows) may have cut the tree: the nodes it kept, a
+        # prefix, are the ones with labels.
         path = [i for i in primary_path(sent) if i < len(acceptance_probs)]
         if path:
             self._learn(sent, path, [acceptance_probs[i] for i in path], copied)

@@ -14,6 +14,7 @@ from drafter_svc.policies.depth_math import scaled_nodes
 from drafter_svc.policies.policy_state import PolicyState
 from drafter_svc.policies.registry import policy_named
 from drafter_svc.policies.session_estimates import SessionEstimates
+from specdec.round_price import RoundPrice
 
 
 class SessionPolicy(SessionEstimates):
@@ -21,10 +22,10 @@ class SessionPolicy(SessionEstimates):
 
     def __init__(
         self, name: str, drafter: str, state: PolicyState, prompt_tokens: int = 0, greedy: bool = True, max_new_tokens: int = 0,
-        race: bool = False, partial_prompt: bool = False,
+        race: bool = False, partial_prompt: bool = False, price: RoundPrice = RoundPrice(), open_sessions: int = 0,
     ) -> None:
         self.rule = policy_named(name)
-        super().__init__(drafter, state, prompt_tokens, greedy, max_new_tokens, race, partial_prompt)
+        super().__init__(drafter, state, prompt_tokens, greedy, max_new_tokens, race, partial_prompt, price, open_sessions)
 
     @property
     def name(self) -> str:
@@ -32,11 +33,9 @@ class SessionPolicy(SessionEstimates):
 
     def may_draft(self) -> bool:
         """False when this policy will send an empty round whatever the drafter proposes: it
-        prices nodes, and one costs at least a plain round (c >= 1), so no draft can pay."""
-        price = self.load_price()
-        if not self.rule.prices_rounds or price is None or not price.batched:
-            return True
-        return price.node_cost() < 1.0
+        prices rounds, and a round of one node costs two plain passes or more, so no draft can
+        pay (one node emits two tokens at best)."""
+        return not self.rule.prices_rounds or self.cost().of(1) < 2.0
 
     def depth(self, draft: Draft, max_depth: int, max_nodes: int, step_seconds: float = 0.0, copied: bool = False) -> int:
         """The depth this policy sends of `draft` (drafted at most max_depth deep, its primary

@@ -41,6 +41,7 @@ def test_report_shows_floor_curve_and_breakdown() -> None:
         "in_process_ms": 22.4,
         "services_ms": 28.0,
         "grpc_round_trip_ms": 1.5,
+        "price": {"plain_ms": 3.3, "node_cost": 0.012, "round_overhead": 0.25},
         "curve": {1: [0.020, 0.021, 0.030], 4: [0.030, 0.040, 0.060]},
         "breakdown": {1: {"wall": 22.0, "output head": 2.0}, 8: {"wall": 30.0, "output head": 3.0}},
     }
@@ -50,6 +51,7 @@ def test_report_shows_floor_curve_and_breakdown() -> None:
     assert "| 4 | 30.0 | 1.33 | 2.00 |" in text  # t(n)/t(1) for B = 4
     assert "| output head | 2.00 | 3.00 |" in text
     assert "gRPC round trip per round" in text
+    assert "(ModelInfo.price): a plain pass 3.30 ms; a drafted node 0.012 and a drafted round 0.250 more" in text
     assert text.startswith("# Engine profile: default on cpu, float32\n")
     args.device, args.no_graphs = "cuda", True
     assert report(args, results).startswith("# Engine profile: default on cuda, float32, CUDA graphs off\n")

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from drafter_svc.acceptance_predictor import FEATURES, AcceptancePredictor, SessionAcceptance, chain_acceptance, node_features
+from drafter_svc.acceptance_predictor import FEATURES, AcceptancePredictor, chain_acceptance, node_features
+from specdec.acceptance_rate import AcceptanceRate
 from drafter_svc.draft import Draft
 
 
@@ -78,7 +79,7 @@ def test_learns_acceptance_given_the_path_accepted_not_past_a_rejection() -> Non
 
 
 def test_session_rate_and_chain_acceptance() -> None:
-    session = SessionAcceptance(prior=0.5, rate=0.3)
+    session = AcceptanceRate(prior=0.5, rate=0.3)
     session.update([1.0, 1.0])
     assert session.alpha == pytest.approx(0.5 + (1 - 0.7**2) * 0.5)
     assert chain_acceptance([0.5, 0.5]).tolist() == [1.0, 0.5, 0.25]

@@ -1,8 +1,9 @@
 """policies: each policy on synthetic acceptance sequences (no model, no services).
 
 The synthetic verifier accepts each drafted token independently with probability alpha and
-returns 0/1 labels (as under greedy verification); alpha switches between 0.9 and 0.2. Passes
-cost what the priors of pass_cost.py say, so the cost model stays put and only acceptance moves.
+returns 0/1 labels (as under greedy verification); alpha switches between 0.9 and 0.2. Its rounds
+cost PRICE (a lone pass on a 2-core CPU, as a verifier would price it) unless a test says
+otherwise, so only acceptance moves.
 """
 
 from __future__ import annotations
@@ -10,23 +11,32 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from drafter_svc.acceptance_predictor import SessionAcceptance
 from drafter_svc.draft import ROOT, Draft
 from drafter_svc.policies.depth_math import expected_tokens, leviathan_depth, scaled_nodes, threshold_depth
-from drafter_svc.policies.load_price import LoadPrice
 from drafter_svc.policies.policy_state import DEFAULT_STOP_THRESHOLD, PolicyState
 from drafter_svc.policies.registry import POLICY_NAMES
 from drafter_svc.policies.session_estimates import PROBE_AFTER, READ_AFTER_UNREAD
 from drafter_svc.policies.session_policy import SessionPolicy
-from drafter_svc.pass_cost import PRIOR_FIXED, PRIOR_PER_NODE, PRIOR_PLAIN, PassCostModel, RelativeCost
+from specdec.acceptance_rate import AcceptanceRate
+from specdec.round_price import RoundPrice
 
 CHAIN = Draft.point_masses(range(100, 108), match_lengths=[4] * 8)  # what the drafter offers, every round
 PHASE = 25
 SWITCHING = [0.9] * PHASE + [0.2] * PHASE + [0.9] * PHASE + [0.2] * PHASE
 
 
+# 57 ms plain passes; a drafted round 11 ms more, and 1.9 ms a node.
+PRICE = RoundPrice(node_cost=0.0019 / 0.057, round_overhead=0.011 / 0.057, plain_seconds=0.057)
+
+
 def seconds(nodes: int) -> float:
-    return PRIOR_PLAIN if nodes == 0 else PRIOR_FIXED + PRIOR_PER_NODE * nodes
+    """A lone round's seconds at PRICE."""
+    return PRICE.plain_seconds * PRICE.of(nodes)
+
+
+def policy_with(name: str, drafter: str, state: PolicyState, *args, price: RoundPrice = PRICE, **kwargs) -> SessionPolicy:  # type: ignore[no-untyped-def]
+    """A session policy whose verifier priced its first round at `price`."""
+    return SessionPolicy(name, drafter, state, *args, price=price, **kwargs)
 
 
 def simulate(policy: SessionPolicy, alphas: list[float], seed: int, draft: Draft = CHAIN) -> list[int]:
@@ -37,7 +47,7 @@ def simulate(policy: SessionPolicy, alphas: list[float], seed: int, draft: Draft
         sent = policy.choose(draft, 8, 8)
         depths.append(len(sent))
         labels = (rng.random(len(sent)) < alpha).astype(float).tolist()
-        policy.observe(sent, labels, seconds(len(sent)), 0, first_round=False, had_draft=True)
+        policy.observe(sent, labels, 0, had_draft=True)
     return depths
 
 
@@ -49,7 +59,7 @@ def test_draft_length_follows_acceptance_switching_between_0_9_and_0_2(name: str
     low-phase means over seeds 0-39 (auto): 1.31 on average, at most 2.41 (a lucky probe lifts the
     session's rate for a round or two), the same before and after the predictor's features were
     made 0 for point masses; settled high-phase means at least 7.4."""
-    depths = simulate(SessionPolicy(name, "copy", PolicyState()), SWITCHING, seed)
+    depths = simulate(policy_with(name, "copy", PolicyState()), SWITCHING, seed)
     for phase in range(1, 4):
         start = phase * PHASE
         high = SWITCHING[start] == 0.9
@@ -74,7 +84,7 @@ def test_leviathan_depth_is_the_brute_force_optimum(max_k: int) -> None:
     for alpha in np.linspace(0.05, 0.95, 19):
         for c in (0.001, 0.01, 0.05, 0.1, 0.3, 1.0):
             values = [closed_form(alpha, k, c) for k in range(max_k + 1)]
-            chosen = leviathan_depth(alpha, max_k, RelativeCost(per_node=c, overhead=0.0))
+            chosen = leviathan_depth(alpha, max_k, RoundPrice(node_cost=c, round_overhead=0.0, plain_seconds=1.0))
             # The optimum's value (exact ties, e.g. alpha = c, may pick either length).
             assert values[chosen] == pytest.approx(max(values), rel=1e-12)
             if sorted(values)[-2] < max(values) - 1e-9:
@@ -88,33 +98,26 @@ def test_expected_tokens_matches_a_simulation() -> None:
     assert emitted.mean() == pytest.approx(expected_tokens(0.7, 5), abs=0.01)
 
 
-def test_leviathan_session_policy_uses_the_session_rate_and_the_cost_model() -> None:
+def test_leviathan_session_policy_uses_the_session_rate_and_the_verifiers_price() -> None:
     state = PolicyState()
-    policy = SessionPolicy("leviathan", "copy", state)
+    policy = policy_with("leviathan", "copy", state)
     for alpha in (0.1, 0.3, 0.5, 0.7, 0.9):
         policy.session.alpha = alpha
-        assert policy.depth(CHAIN, 8, 8) == leviathan_depth(alpha, 8, state.costs.relative())
+        assert policy.depth(CHAIN, 8, 8) == leviathan_depth(alpha, 8, PRICE)
 
 
 @pytest.mark.parametrize("name", ["auto", "leviathan"])
-def test_a_long_context_session_stops_at_the_step_between_pass_sizes(name: str) -> None:
-    """Passes after 1,500 cached tokens shaped like this CPU's staircase (pass_cost.py: 1-4 drafted
-    nodes run as one padded size, 5 and more as a larger one, here 20 ms dearer): the verdicts of
-    a session at that context teach the step, and at acceptance 0.7 the session drafts 4 tokens,
-    the brute-force optimum on the true costs, not the 8 that a line through the same rounds
-    would pay for."""
-
-    def stepped(n: int) -> float:
-        return 0.0875 + (0.0 if n == 0 else 0.028 + 0.001 * n + 0.020 * (n >= 5))
-
-    state, rng = PolicyState(), np.random.default_rng(0)
-    policy = SessionPolicy(name, "onnx-quantized", state, prompt_tokens=1500)
-    for _ in range(300):
-        sent = Draft.point_masses(range(100, 100 + int(rng.integers(0, 9))))
-        policy.observe(sent, [], stepped(len(sent)) * rng.uniform(0.95, 1.05), 0, first_round=False, had_draft=False)
+def test_each_round_is_priced_by_the_price_its_last_verdict_carried(name: str) -> None:
+    """The verifier prices the next round with every verdict: a dearer node shortens the draft
+    at once, and a cheap one lengthens it again (acceptance 0.7, brute-force optimum)."""
+    policy = policy_with(name, "copy", PolicyState())
     policy.session.alpha = 0.7
-    true_rates = [expected_tokens(0.7, d) / (stepped(d) / stepped(0)) for d in range(9)]
-    assert policy.depth(CHAIN, 8, 8) == int(np.argmax(true_rates)) == 4
+    for price in (RoundPrice(0.3, 0.0, 0.05), RoundPrice(0.005, 0.1, 0.05), RoundPrice(0.1, 0.5, 0.02)):
+        policy.observe(Draft.point_masses([]), [], 0, had_draft=False, price=price)
+        rates = [expected_tokens(0.7, d) / price.of(d) for d in range(9)]
+        assert policy.depth(CHAIN, 8, 8) == int(np.argmax(rates))
+    policy.observe(Draft.point_masses([]), [], 0, had_draft=False, price=RoundPrice())  # no price: the last one stays
+    assert policy.price == RoundPrice(0.1, 0.5, 0.02)
 
 
 def test_threshold_rule_includes_the_token_that_crosses() -> None:
@@ -128,7 +131,7 @@ def test_online_predictor_learns_from_the_drafters_evidence() -> None:
     """Long copy matches are accepted (0.95), short ones rarely (0.15), interleaved in one session:
     the session rate alone cannot tell them apart, the learned match-length weight does."""
     state = PolicyState()
-    policy = SessionPolicy("specdec++", "copy", state)
+    policy = policy_with("specdec++", "copy", state)
     long = Draft.point_masses(range(100, 108), match_lengths=[12] * 8)
     short = Draft.point_masses(range(100, 108), match_lengths=[2] * 8)
     rng = np.random.default_rng(0)
@@ -136,19 +139,22 @@ def test_online_predictor_learns_from_the_drafters_evidence() -> None:
         draft, alpha = (long, 0.95) if i % 2 else (short, 0.15)
         sent = policy.choose(draft, 8, 8)
         labels = (rng.random(len(sent)) < alpha).astype(float).tolist()
-        policy.observe(sent, labels, seconds(len(sent)), 0, first_round=False, had_draft=True)
+        policy.observe(sent, labels, 0, had_draft=True)
     assert policy.predict(long, [0])[0] > policy.predict(short, [0])[0] + 0.3
     assert policy.depth(long, 8, 8) > policy.depth(short, 8, 8)
 
 
 @pytest.mark.parametrize("name", ["leviathan", "auto", "specdec++"])
 def test_drafts_get_shorter_when_the_verifier_is_busy(name: str) -> None:
+    """specdec++ lowers its threshold by the rounds queued ahead; the pricing policies read the
+    verifier's price of a shared pass, whose node pads every round of it."""
     shorter = 0
     for alpha in np.linspace(0.3, 0.95, 14):
-        policy = SessionPolicy(name, "copy", PolicyState())
+        policy = policy_with(name, "copy", PolicyState())
         policy.session.alpha = alpha
         idle = policy.depth(CHAIN, 8, 8)
-        policy.load = 7
+        policy.observe(Draft.point_masses([]), [], 7, had_draft=False, price=RoundPrice(0.15, 0.0, 0.01), open_sessions=8)
+        policy.session.alpha = alpha
         busy = policy.depth(CHAIN, 8, 8)
         assert busy <= idle
         shorter += busy < idle
@@ -158,17 +164,17 @@ def test_drafts_get_shorter_when_the_verifier_is_busy(name: str) -> None:
 def test_fixed_and_copy_confidence() -> None:
     state = PolicyState()
     tree = Draft.point_masses([1, 2, 3, 4, 5, 6], [ROOT, 0, 1, 2, ROOT, 4], match_lengths=[3, 3, 3, 3, 2, 2])
-    assert SessionPolicy("fixed", "copy", state).choose(tree, 4, 6) == tree
-    confident = SessionPolicy("copy-confidence", "copy", state).choose(tree, 4, 6)
+    assert policy_with("fixed", "copy", state).choose(tree, 4, 6) == tree
+    confident = policy_with("copy-confidence", "copy", state).choose(tree, 4, 6)
     # Depth 3, the match length; the node budget scales to round(6 * 3 / 4) = 4.
     assert confident.token_ids == [1, 2, 3, 5] and scaled_nodes(3, 4, 6) == 4
 
 
 def test_no_draft_gives_an_empty_round_and_unknown_names_are_refused() -> None:
     for name in POLICY_NAMES:
-        assert len(SessionPolicy(name, "copy", PolicyState()).choose(Draft.point_masses([]), 8, 16)) == 0
+        assert len(policy_with(name, "copy", PolicyState()).choose(Draft.point_masses([]), 8, 16)) == 0
     with pytest.raises(ValueError, match="unknown draft policy"):
-        SessionPolicy("greedy-ish", "copy", PolicyState())
+        policy_with("greedy-ish", "copy", PolicyState())
 
 
 @pytest.mark.parametrize("name", ["leviathan", "auto"])
@@ -176,7 +182,7 @@ def test_a_policy_that_stopped_drafting_probes_again(name: str) -> None:
     """A session whose estimates say "never draft" still sends a draft now and then, so its
     estimates get labels and can recover: after 3 declined rounds, then after twice as many each
     time a probe's first token is rejected (at most 12), and after 3 again once one is accepted."""
-    policy = SessionPolicy(name, "copy", PolicyState())
+    policy = policy_with(name, "copy", PolicyState())
     policy.session.alpha = 0.01
     policy.state.drafter_acceptance("copy").alpha = 0.01
     sent = []
@@ -184,7 +190,7 @@ def test_a_policy_that_stopped_drafting_probes_again(name: str) -> None:
         draft = policy.choose(CHAIN, 8, 8)
         sent.append(len(draft))
         accept = 1.0 if i >= 30 else 0.0
-        policy.observe(draft, [accept] + [0.0] * (len(draft) - 1), seconds(len(draft)), 0, first_round=False, had_draft=True)
+        policy.observe(draft, [accept] + [0.0] * (len(draft) - 1), 0, had_draft=True)
         if i >= 30:
             policy.session.alpha = 0.01  # keep it declining: only the probe schedule is under test
     probes = [i for i, n in enumerate(sent) if n > 0]
@@ -192,30 +198,36 @@ def test_a_policy_that_stopped_drafting_probes_again(name: str) -> None:
     assert gaps[:5] == [3, 6, 12, 12, 3], (sent, gaps)  # the probe at 36 was accepted: 3 again
 
 
-# A batching verifier, as pass_time.py models it: a padded pass over B rounds of up to T new
-# tokens each takes BATCH_FIXED + ROW * B * T seconds (a lone round: `seconds` above).
+# A batching verifier: a padded pass over B rounds of up to T new tokens each takes BATCH_FIXED +
+# ROW * B * T seconds (a lone round: `seconds` above), and it prices the next round as
+# verifier_svc/pass_price.py does: a round's share of a pass without drafts is the unit, and a
+# node pads every round of the pass.
 BATCH_FIXED, ROW = 0.045, 0.0025
+
+
+def shared_price(sessions: int) -> RoundPrice:
+    share = (BATCH_FIXED + ROW * sessions) / sessions
+    return RoundPrice(sessions * ROW / share, 0.0, share)
 
 
 def simulate_load(name: str, sessions: int, alpha: float, rounds: int, seed: int) -> tuple[float, list[int]]:
     """`sessions` sessions of one drafter process, every round of each in one shared pass; the
     verifier accepts each drafted token with probability alpha. Returns (tokens per second of
     pass time after the first pass, nodes sent per pass). The first pass is left out of the rate:
-    sessions that all start at once in a fresh process know nothing of the load yet (a session
-    that starts while others run inherits the process's last price)."""
+    sessions that all start at once know only the lone price the verifier gave at their start."""
     rng = np.random.default_rng(seed)
     state = PolicyState()
-    policies = [SessionPolicy(name, "copy", state) for _ in range(sessions)]
+    policies = [policy_with(name, "copy", state) for _ in range(sessions)]
+    price = PRICE if sessions == 1 else shared_price(sessions)
     tokens, elapsed, sent_per_pass = 0, 0.0, []
     for _ in range(rounds):
         sent = [p.choose(CHAIN, 8, 8) if p.may_draft() else Draft.point_masses([]) for p in policies]
         longest = 1 + max(len(d) for d in sent)
         t = seconds(len(sent[0])) if sessions == 1 else BATCH_FIXED + ROW * sessions * longest
-        price = LoadPrice(sessions, t, sessions * longest, ROW)
         for policy, draft in zip(policies, sent):
             labels = (rng.random(len(draft)) < alpha).astype(float).tolist()
             tokens += 1 + int(np.cumprod(labels).sum()) if labels else 1
-            policy.observe(draft, labels, t, sessions - 1, first_round=False, had_draft=True, price=price)
+            policy.observe(draft, labels, sessions - 1, had_draft=True, price=price, open_sessions=sessions)
         if not sent_per_pass:
             tokens, elapsed = 0, 0.0
         else:
@@ -227,8 +239,8 @@ def simulate_load(name: str, sessions: int, alpha: float, rounds: int, seed: int
 @pytest.mark.parametrize("name", ["auto", "leviathan"])
 @pytest.mark.parametrize("alpha", [0.2, 0.6, 0.9])
 def test_under_load_speculation_is_never_slower_than_plain_decoding(name: str, alpha: float) -> None:
-    """Issue 6's promise, on the cost model: at every load, a pricing policy's throughput is at
-    least plain decoding's, more when drafts pay; once a node costs more than a plain round
+    """Issue 6's promise, priced by the verifier: at every load, a pricing policy's throughput is
+    at least plain decoding's, more when drafts pay; once a node costs more than a plain round
     (c = B^2 m / t >= 1) nothing is drafted at all. Tolerance: a lone session pays for its labels
     (probes, and a few rounds after a lucky one: 2.0-2.5% at alpha 0.1-0.2 over seeds 0-9)."""
     for sessions in (1, 2, 4, 8, 16, 32):
@@ -241,42 +253,37 @@ def test_under_load_speculation_is_never_slower_than_plain_decoding(name: str, a
         assert simulate_load(name, 1, alpha, 60, seed=0)[0] > 1.5 / seconds(0)
 
 
-def test_a_new_session_starts_with_the_processes_last_price() -> None:
+def test_a_new_session_without_a_price_from_its_verifier_takes_the_processes_last() -> None:
     state = PolicyState()
-    first = SessionPolicy("auto", "copy", state)
-    first.observe(Draft.point_masses([]), [], 0.2, 31, first_round=False, had_draft=False, price=LoadPrice(32, 0.125, 32, 0.0025))
-    assert not SessionPolicy("auto", "copy", state).may_draft()
-
-
-def test_the_load_price_is_b_squared_m_over_the_plain_pass() -> None:
-    """A pass of 4 rounds padded to 3 tokens each: t_plain removes the 8 padded rows beyond one per round."""
-    price = LoadPrice(rounds=4, seconds=0.1, rows=12, row_seconds=0.0025)
-    assert price.node_cost() == pytest.approx(16 * 0.0025 / (0.1 - 8 * 0.0025))
-    assert price.relative().overhead == 0
-    assert not LoadPrice(1, 0.05, 1, 0.0025).batched and not LoadPrice(0, 0.0, 0, 0.0).batched
+    first = policy_with("auto", "copy", state)
+    busy = shared_price(32)
+    first.observe(Draft.point_masses([]), [], 31, had_draft=False, price=busy, open_sessions=32)
+    fresh = SessionPolicy("auto", "copy", state, open_sessions=33)
+    assert fresh.price == busy and not fresh.may_draft()
+    assert policy_with("auto", "copy", state).price == PRICE  # alone: its verifier's price of a lone first round
+    assert policy_with("auto", "copy", state, open_sessions=33).price == busy  # sharing: the latest verdict's
 
 
 def test_a_policy_that_declines_under_load_does_not_probe_and_resumes_when_alone() -> None:
-    policy = SessionPolicy("auto", "copy", PolicyState())
-    busy = LoadPrice(rounds=16, seconds=0.085, rows=16, row_seconds=0.0025)  # c = 256 x 2.5 ms / 85 ms
-    policy.observe(Draft.point_masses([]), [], 0.085, 15, first_round=False, had_draft=False, price=busy)
+    policy = policy_with("auto", "copy", PolicyState())
+    busy = shared_price(16)
+    policy.observe(Draft.point_masses([]), [], 15, had_draft=False, price=busy, open_sessions=16)
     assert not policy.may_draft()
     sends = []
     for _ in range(10):  # the drafter had drafts, the policy declined them all: still no probe
         draft = policy.choose(CHAIN, 8, 8)
         sends.append(len(draft))
-        policy.observe(draft, [], 0.085, 15, first_round=False, had_draft=True, price=busy)
+        policy.observe(draft, [], 15, had_draft=True, price=busy, open_sessions=16)
     assert sends == [0] * 10
     policy.session.alpha = 0.9
-    alone = LoadPrice(rounds=1, seconds=0.07, rows=5, row_seconds=0.0025)
-    policy.observe(Draft.point_masses([]), [], 0.07, 0, first_round=False, had_draft=False, price=alone)
+    policy.observe(Draft.point_masses([]), [], 0, had_draft=False, price=PRICE, open_sessions=1)
     assert policy.may_draft() and len(policy.choose(CHAIN, 8, 8)) >= 4
 
 
 @pytest.mark.parametrize("name", ["fixed", "specdec++", "copy-confidence"])
 def test_policies_that_do_not_price_always_may_draft(name: str) -> None:
-    policy = SessionPolicy(name, "copy", PolicyState())
-    policy.observe(Draft.point_masses([]), [], 0.1, 31, first_round=False, had_draft=False, price=LoadPrice(32, 0.2, 32, 0.0025))
+    policy = policy_with(name, "copy", PolicyState())
+    policy.observe(Draft.point_masses([]), [], 31, had_draft=False, price=shared_price(32), open_sessions=32)
     assert policy.may_draft()
 
 
@@ -286,31 +293,21 @@ def test_the_first_round_drafts_on_top_of_the_prefill(name: str) -> None:
     that pass, so even an acceptance of 0.05 pays for drafts that a later round declines."""
     state = PolicyState()
     state.drafter_acceptance("copy").alpha = 0.05
-    policy = SessionPolicy(name, "copy", state, prompt_tokens=700)
+    policy = policy_with(name, "copy", state, prompt_tokens=700)
+    assert policy.cost() == PRICE.with_pending(699)
     assert policy.depth(CHAIN, 8, 8) >= 1
-    policy.observe(policy.choose(CHAIN, 8, 8), [0.0] * 8, 1.5, 0, first_round=True, had_draft=True)
+    policy.observe(policy.choose(CHAIN, 8, 8), [0.0] * 8, 0, had_draft=True)
     assert policy.depth(CHAIN, 8, 8) == 0
 
 
-def test_a_session_scored_alone_under_load_still_prices_for_the_batches() -> None:
-    """A prompt's prefill often runs alone (it does not fit a batch's token budget): that
-    session's own verdict says B = 1 with 16 sessions open; the per-round cost comes from the
-    process's latest pass of several rounds, the size from the open sessions."""
-    state = PolicyState()
-    other = SessionPolicy("auto", "copy", state)
-    busy = LoadPrice(rounds=8, seconds=0.085, rows=8, row_seconds=0.0025, open_sessions=16)
-    other.observe(Draft.point_masses([]), [], 0.085, 7, first_round=False, had_draft=False, price=busy)
-    fresh = SessionPolicy("auto", "copy", state, prompt_tokens=700)
-    assert fresh.load_price() == busy and not fresh.may_draft()
-    alone = LoadPrice(1, 1.5, 700, 0.0025, open_sessions=16)
-    fresh.observe(Draft.point_masses([]), [], 1.5, 0, first_round=True, had_draft=False, price=alone)
-    assert fresh.load_price() == busy and not fresh.may_draft()
-    assert busy.node_cost() == pytest.approx(16 * 0.0025 / (0.085 / 8))  # S m / (t_plain / B)
-    # Once the verifier is the session's alone, it prices by its own pass costs again.
-    fresh.observe(Draft.point_masses([]), [], 0.06, 0, first_round=False, had_draft=False, price=LoadPrice(1, 0.06, 1, 0.0025, 1))
-    assert fresh.may_draft() and not fresh.load_price().batched
-
-
+def test_a_first_round_that_shares_passes_is_priced_as_the_verifier_says() -> None:
+    """A prompt's prefill may run alone, but with other sessions open the verifier's price is
+    that of the shared pass the session's rounds will join: no prefill pricing then."""
+    fresh = policy_with("auto", "copy", PolicyState(), prompt_tokens=700, price=shared_price(16), open_sessions=16)
+    assert not fresh.prefill_round() and fresh.cost() == shared_price(16) and not fresh.may_draft()
+    # Once the verifier is the session's alone, it prices a lone round again.
+    fresh.observe(Draft.point_masses([]), [], 0, had_draft=False, price=PRICE, open_sessions=1)
+    assert fresh.may_draft() and fresh.cost() == PRICE
 
 
 def draft_until_stopped(policy: SessionPolicy, max_depth: int, step_seconds: float, q: float = 1.0) -> int:
@@ -337,39 +334,39 @@ def test_a_model_drafter_drafts_leviathans_optimal_k_with_its_step_cost(name: st
     expected tokens / cost, the cost of K drafted tokens being the pass over K nodes plus K c
     (Leviathan et al., section 3.2: (1 - a^(K+1)) / ((1 - a)(K c + 1)) when the pass is flat)."""
     state = PolicyState()
-    cost = state.costs.relative(context=0)  # the sessions below have no prompt: an empty cache
+    cost = PRICE  # the sessions below have no prompt: an empty cache
     for alpha in np.linspace(0.1, 0.95, 18):
         for c in (0.0, 0.05, 0.2, 0.4, 1.0):
-            policy = SessionPolicy(name, "onnx-quantized", state)
+            policy = policy_with(name, "onnx-quantized", state)
             policy.session.alpha = alpha
             rates = [expected_tokens(alpha, k) / (cost.of(k) + c * k) for k in range(7)]
-            drafted = draft_until_stopped(policy, 6, c * state.costs.plain(context=0))
+            drafted = draft_until_stopped(policy, 6, c * PRICE.plain_seconds)
             assert rates[drafted] == pytest.approx(max(rates), rel=1e-9), (alpha, c, drafted, rates)
 
 
 def test_costly_steps_and_poor_acceptance_draft_nothing_and_cheap_ones_draft_deep() -> None:
     state = PolicyState()
-    policy = SessionPolicy("auto", "onnx-quantized", state)
+    policy = policy_with("auto", "onnx-quantized", state)
     policy.session.alpha = 0.5
-    assert draft_until_stopped(policy, 6, 0.4 * state.costs.plain()) == 0  # ~20 ms steps, long contexts
+    assert draft_until_stopped(policy, 6, 0.4 * PRICE.plain_seconds) == 0  # ~20 ms steps, long contexts
     assert draft_until_stopped(policy, 6, 0.0) >= 2
     policy.session.alpha = 0.95
-    assert draft_until_stopped(policy, 6, 0.1 * state.costs.plain()) == 6
+    assert draft_until_stopped(policy, 6, 0.1 * PRICE.plain_seconds) == 6
     # After the drafted steps are paid for, the depth sent still counts them: all of a good chain.
-    assert policy.depth(_chain(list(range(6)), 1.0), 6, 6, 0.1 * state.costs.plain()) == 6
+    assert policy.depth(_chain(list(range(6)), 1.0), 6, 6, 0.1 * PRICE.plain_seconds) == 6
 
 
 def test_auto_stops_drafting_after_a_token_it_predicts_will_be_rejected() -> None:
     """Online labels teach the predictor that tokens the drafter drew with low q are rejected:
     auto then stops the chain at the first such token instead of paying for more steps."""
     state = PolicyState()
-    policy = SessionPolicy("auto", "onnx-quantized", state)
+    policy = policy_with("auto", "onnx-quantized", state)
     sure, unsure = _chain([1], 0.98), _chain([1], 0.2)
     rng = np.random.default_rng(0)
     for _ in range(800):  # in random order, so the session's rate says nothing of the next token
         sent, label = (sure, 1.0) if rng.random() < 0.5 else (unsure, 0.0)
-        policy.observe(sent, [label], seconds(1), 0, first_round=False, had_draft=True)
-    step = 0.15 * state.costs.plain()
+        policy.observe(sent, [label], 0, had_draft=True)
+    step = 0.15 * PRICE.plain_seconds
     assert draft_until_stopped(policy, 6, step, q=0.98) >= 3  # predicted ~0.8 each
     assert draft_until_stopped(policy, 6, step, q=0.2) <= 1  # predicted ~0.15
 
@@ -386,21 +383,21 @@ def test_a_sampled_session_drafts_on_past_a_rare_draw_and_a_greedy_one_stops() -
     for greedy in (True, False):
         state = PolicyState()
         rng = np.random.default_rng(0)
-        teacher = SessionPolicy("auto", "onnx-quantized", state, greedy=greedy)
+        teacher = policy_with("auto", "onnx-quantized", state, greedy=greedy)
         for _ in range(800):
             q = 0.98 if rng.random() < 0.7 else 0.3
-            teacher.observe(chain([q]), [1.0 if q > 0.5 else 0.3], seconds(1), 0, first_round=False, had_draft=True)
-        policy = SessionPolicy("auto", "onnx-quantized", state, greedy=greedy)
+            teacher.observe(chain([q]), [1.0 if q > 0.5 else 0.3], 0, had_draft=True)
+        policy = policy_with("auto", "onnx-quantized", state, greedy=greedy)
         policy.session.alpha = 0.9
         qs, n = [0.98, 0.3, 0.98, 0.98, 0.98, 0.98], 0
-        while policy.keep_drafting(chain(qs[:n]), 6, 6, 0.15 * state.costs.plain()):
+        while policy.keep_drafting(chain(qs[:n]), 6, 6, 0.15 * PRICE.plain_seconds):
             n += 1
         drafted[greedy] = n
     assert drafted[True] == 2 and drafted[False] >= 4, drafted
 
 
 def test_specdec_plus_plus_stops_drafting_where_its_threshold_is_crossed() -> None:
-    policy = SessionPolicy("specdec++", "onnx-quantized", PolicyState())
+    policy = policy_with("specdec++", "onnx-quantized", PolicyState())
     for alpha in (0.2, 0.6, 0.9, 0.97):
         policy.session.alpha = alpha
         assert draft_until_stopped(policy, 8, 0.02) == threshold_depth([alpha] * 8, DEFAULT_STOP_THRESHOLD)
@@ -411,13 +408,13 @@ def test_a_first_step_that_must_read_the_prompt_is_priced_over_the_rounds_left(n
     """A drafter that has not read the prompt reads it in its first step: seconds that one round
     cannot pay back, not even as a probe, but that every later model round of the session
     shares. With enough tokens left the read pays; with a few, it does not."""
-    read = 20 * PolicyState().costs.plain()
+    read = 20 * PRICE.plain_seconds
     for max_new_tokens, emitted, pays in ((0, 0, False), (512, 1, True), (512, 500, False)):
         state = PolicyState()
-        policy = SessionPolicy(name, "onnx-quantized", state, max_new_tokens=max_new_tokens)
-        policy.observe(Draft.point_masses([]), [], 0.1, 0, first_round=True, had_draft=False, emitted=emitted)
+        policy = policy_with(name, "onnx-quantized", state, max_new_tokens=max_new_tokens)
+        policy.observe(Draft.point_masses([]), [], 0, had_draft=False, emitted=emitted)
         policy.session.alpha = 0.9
-        step = 0.3 * state.costs.plain()
+        step = 0.3 * PRICE.plain_seconds
         assert policy.keep_drafting(_chain([], 1.0), 6, 6, step, catch_up_seconds=0.0)
         assert policy.keep_drafting(_chain([], 1.0), 6, 6, step, catch_up_seconds=read, reads_prompt=True) == pays
         assert not policy.keep_drafting(_chain([], 1.0), 6, 6, step, catch_up_seconds=read)  # tokens emitted since: this round's
@@ -437,17 +434,19 @@ def test_a_session_whose_first_round_did_not_read_the_prompt_reads_it_later() ->
     read = 53 * 0.0023 - 0.019
     for max_new_tokens, pays in ((128, True), (0, False)):
         state = PolicyState()
-        state.costs = PassCostModel(plain=0.074, fixed=0.124, per_node=0.0)
         state.drafter_acceptance("hybrid", greedy=False).alpha = 0.8
-        policy = SessionPolicy("auto", "hybrid", state, prompt_tokens=53, greedy=False, max_new_tokens=max_new_tokens)
-        policy.observe(Draft.point_masses([]), [], 0.2, 0, first_round=True, had_draft=True, emitted=1)
+        policy = policy_with(
+            "auto", "hybrid", state, prompt_tokens=53, greedy=False, max_new_tokens=max_new_tokens,
+            price=RoundPrice(0.0, (0.124 - 0.074) / 0.074, 0.074),
+        )
+        policy.observe(Draft.point_masses([]), [], 0, had_draft=True, emitted=1)
         assert policy.keep_drafting(_chain([], 1.0), 6, 6, 0.019, read, reads_prompt=True) == pays
         assert policy.send_copy(Draft.point_masses([5, 6]), 6, 6, 0.019, read, reads_prompt=True) != pays
 
 
 @pytest.mark.parametrize("name", ["fixed", "copy-confidence"])
 def test_policies_without_a_stopping_rule_draft_the_whole_budget(name: str) -> None:
-    policy = SessionPolicy(name, "onnx-quantized", PolicyState())
+    policy = policy_with(name, "onnx-quantized", PolicyState())
     policy.session.alpha = 0.01
     assert draft_until_stopped(policy, 5, 10.0) == 5
 
@@ -456,41 +455,41 @@ def test_a_session_whose_model_drafts_stopped_paying_drafts_a_probe() -> None:
     """Declining before the first step counts as declining a draft: after PROBE_AFTER such rounds
     the drafter is let run again, so the session's estimates get labels."""
     state = PolicyState()
-    policy = SessionPolicy("auto", "onnx-quantized", state)
+    policy = policy_with("auto", "onnx-quantized", state)
     policy.session.alpha = state.drafter_acceptance("onnx-quantized").alpha = 0.05
-    step = 0.4 * state.costs.plain()
+    step = 0.4 * PRICE.plain_seconds
     drafted = []
     for _ in range(PROBE_AFTER + 1):
         depth = draft_until_stopped(policy, 6, step)
         drafted.append(depth)
         sent = policy.choose(_chain(list(range(depth)), 1.0), 6, 6, step) if depth else Draft.point_masses([])
-        policy.observe(sent, [0.0] * len(sent), seconds(len(sent)), 0, first_round=False, had_draft=True)
+        policy.observe(sent, [0.0] * len(sent), 0, had_draft=True)
     assert drafted[:PROBE_AFTER] == [0] * PROBE_AFTER and drafted[PROBE_AFTER] >= 1
 
 
 def test_a_verdict_over_a_tree_the_verifier_cut_teaches_only_the_nodes_it_kept() -> None:
-    """Under load the verifier may keep only a prefix of the sent nodes (verifier_svc/pass_width.py):
+    """At a hard limit the verifier may keep only a prefix of the sent nodes (--max-pass-rows):
     the verdict then has fewer labels than the draft has nodes, and the policy learns from those."""
-    policy = SessionPolicy("auto", "copy", PolicyState())
+    policy = policy_with("auto", "copy", PolicyState())
     before = policy.session.alpha
     sent = policy.choose(CHAIN, 8, 8)
     assert len(sent) >= 2
-    policy.observe(sent, [0.0], 0.07, 0, first_round=False, had_draft=True)  # one node kept, rejected
+    policy.observe(sent, [0.0], 0, had_draft=True)  # one node kept, rejected
     assert policy.session.alpha < before
-    policy.observe(sent, [], 0.07, 0, first_round=False, had_draft=True)  # all cut: no labels, no error
+    policy.observe(sent, [], 0, had_draft=True)  # all cut: no labels, no error
 
 
 def test_busy_follows_the_processes_sessions_and_the_last_pass() -> None:
     state = PolicyState()
-    policy = SessionPolicy("auto", "onnx-quantized", state)
+    policy = policy_with("auto", "onnx-quantized", state)
     state.open_sessions = 1  # this one
     assert not state.busy()
     state.open_sessions = 2
     assert state.busy()
     state.open_sessions = 1
-    policy.observe(Draft.point_masses([]), [], 0.06, 0, first_round=False, had_draft=False, price=LoadPrice(1, 0.06, 1, 0.0025, 3))
+    policy.observe(Draft.point_masses([]), [], 0, had_draft=False, price=PRICE, open_sessions=3)
     assert state.busy()  # the verifier serves two more (another drafter's)
-    policy.observe(Draft.point_masses([]), [], 0.06, 0, first_round=False, had_draft=False, price=LoadPrice(1, 0.06, 1, 0.0025, 1))
+    policy.observe(Draft.point_masses([]), [], 0, had_draft=False, price=PRICE, open_sessions=1)
     assert not state.busy()
 
 
@@ -503,9 +502,9 @@ def test_a_hybrid_session_sends_copies_once_unsent_ones_prove_right_and_stops_wh
     labels the copy draft it did not send against the emitted tokens, and copies that keep
     coming true win the rounds, until they stop coming true."""
     state = PolicyState()
-    policy = SessionPolicy("auto", "hybrid", state)
+    policy = policy_with("auto", "hybrid", state)
     policy.session.alpha, policy.copy_session.alpha = 0.6, 0.05
-    step = 0.3 * state.costs.plain()
+    step = 0.3 * PRICE.plain_seconds
     assert not policy.send_copy(COPY_DRAFT, 6, 6, step)
     rounds = 0
     while not policy.send_copy(COPY_DRAFT, 6, 6, step):
@@ -515,7 +514,7 @@ def test_a_hybrid_session_sends_copies_once_unsent_ones_prove_right_and_stops_wh
     model_alpha = policy.session.alpha
     rounds = 0
     while policy.send_copy(COPY_DRAFT, 6, 6, step):  # now sent: the verdicts say the copies are rejected
-        policy.observe(COPY_DRAFT, [0.0], seconds(6), 0, first_round=False, had_draft=True, copied=True)
+        policy.observe(COPY_DRAFT, [0.0], 0, had_draft=True, copied=True)
         rounds += 1
     assert rounds <= 5
     assert policy.session.alpha == model_alpha  # the copies' labels are not the model's
@@ -527,14 +526,14 @@ def test_what_sampled_sessions_learn_of_copies_leaves_greedy_sessions_alone() ->
     each, so a greedy session after many sampled ones predicts as in a fresh process."""
     state = PolicyState()
     for _ in range(20):
-        sampled = SessionPolicy("auto", "hybrid", state, greedy=False)
+        sampled = policy_with("auto", "hybrid", state, greedy=False)
         for _ in range(10):
-            sampled.observe(COPY_DRAFT, [0.3] * len(COPY_DRAFT), seconds(6), 0, first_round=False, had_draft=True, copied=True)
-    fresh = SessionPolicy("auto", "hybrid", PolicyState()).predict(COPY_DRAFT, range(len(COPY_DRAFT)), copied=True)
-    greedy = SessionPolicy("auto", "hybrid", state)
+            sampled.observe(COPY_DRAFT, [0.3] * len(COPY_DRAFT), 0, had_draft=True, copied=True)
+    fresh = policy_with("auto", "hybrid", PolicyState()).predict(COPY_DRAFT, range(len(COPY_DRAFT)), copied=True)
+    greedy = policy_with("auto", "hybrid", state)
     assert greedy.copy_session.alpha == PolicyState().drafter_acceptance("copy").alpha
     np.testing.assert_allclose(greedy.predict(COPY_DRAFT, range(len(COPY_DRAFT)), copied=True), fresh)
-    later = SessionPolicy("auto", "hybrid", state, greedy=False)
+    later = policy_with("auto", "hybrid", state, greedy=False)
     assert later.copy_session.alpha < 0.35
     assert (later.predict(COPY_DRAFT, range(len(COPY_DRAFT)), copied=True) < fresh - 0.1).all()
 
@@ -544,23 +543,23 @@ def test_raced_sessions_learn_apart_from_speculative_sampling() -> None:
     (verifier_svc/acceptance.py, race_agreement): what raced sessions learn stays with them."""
     state = PolicyState()
     for _ in range(20):
-        raced = SessionPolicy("auto", "hybrid", state, greedy=False, race=True)
+        raced = policy_with("auto", "hybrid", state, greedy=False, race=True)
         for _ in range(10):
-            raced.observe(COPY_DRAFT, [0.3] * len(COPY_DRAFT), seconds(6), 0, first_round=False, had_draft=True, copied=True)
-    fresh = SessionPolicy("auto", "hybrid", PolicyState(), greedy=False).predict(COPY_DRAFT, range(len(COPY_DRAFT)), copied=True)
-    sampled = SessionPolicy("auto", "hybrid", state, greedy=False)
+            raced.observe(COPY_DRAFT, [0.3] * len(COPY_DRAFT), 0, had_draft=True, copied=True)
+    fresh = policy_with("auto", "hybrid", PolicyState(), greedy=False).predict(COPY_DRAFT, range(len(COPY_DRAFT)), copied=True)
+    sampled = policy_with("auto", "hybrid", state, greedy=False)
     np.testing.assert_allclose(sampled.predict(COPY_DRAFT, range(len(COPY_DRAFT)), copied=True), fresh)
-    later = SessionPolicy("auto", "hybrid", state, greedy=False, race=True)
+    later = policy_with("auto", "hybrid", state, greedy=False, race=True)
     assert later.copy_session.alpha < 0.35
     assert (later.predict(COPY_DRAFT, range(len(COPY_DRAFT)), copied=True) < fresh - 0.1).all()
     # At temperature 0 there is no race: greedy labels, whatever the flag.
-    assert SessionPolicy("auto", "hybrid", state, greedy=True, race=True).race is False
+    assert policy_with("auto", "hybrid", state, greedy=True, race=True).race is False
 
 
 def test_unsent_copy_labels_run_along_the_emitted_tokens_to_the_first_mismatch() -> None:
     for emitted, labels in [([7, 8, 99, 10], [1.0, 1.0, 0.0]), ([7, 8], [1.0, 1.0]), ([5], [0.0])]:
-        policy = SessionPolicy("auto", "hybrid", PolicyState())
-        expected = SessionAcceptance(prior=policy.copy_session.alpha)
+        policy = policy_with("auto", "hybrid", PolicyState())
+        expected = AcceptanceRate(prior=policy.copy_session.alpha)
         policy.observe_unsent_copy(COPY_DRAFT, emitted)
         expected.update(labels)
         assert policy.copy_session.alpha == pytest.approx(expected.alpha), emitted
@@ -568,12 +567,12 @@ def test_unsent_copy_labels_run_along_the_emitted_tokens_to_the_first_mismatch()
 
 def test_a_copy_is_weighed_against_the_models_chain_with_its_steps_and_against_plain_decoding() -> None:
     state = PolicyState()
-    policy = SessionPolicy("auto", "hybrid", state)
+    policy = policy_with("auto", "hybrid", state)
     policy.copy_session.alpha, policy.session.alpha = 0.8, 0.9
     assert not policy.send_copy(COPY_DRAFT, 6, 6, 0.0)  # model steps for free: its better chain wins
-    assert policy.send_copy(COPY_DRAFT, 6, 6, 0.3 * state.costs.plain())  # ~20 ms steps: the free copy wins
+    assert policy.send_copy(COPY_DRAFT, 6, 6, 0.3 * PRICE.plain_seconds)  # ~20 ms steps: the free copy wins
     assert not policy.send_copy(COPY_DRAFT, 6, 6, 0.0, catch_up_seconds=0.0) and policy.send_copy(
-        COPY_DRAFT, 6, 6, 0.0, catch_up_seconds=2 * state.costs.plain()
+        COPY_DRAFT, 6, 6, 0.0, catch_up_seconds=2 * PRICE.plain_seconds
     )  # a model that must first read many emitted tokens
     assert policy.send_copy(COPY_DRAFT, 6, 6, None)  # the model is reading the prompt: against plain decoding
     policy.copy_session.alpha = 0.02
@@ -583,7 +582,7 @@ def test_a_copy_is_weighed_against_the_models_chain_with_its_steps_and_against_p
 
 @pytest.mark.parametrize("name", ["fixed", "leviathan", "specdec++", "copy-confidence"])
 def test_other_policies_send_a_hybrid_sessions_copy_whenever_there_is_one(name: str) -> None:
-    policy = SessionPolicy(name, "hybrid", PolicyState())
+    policy = policy_with(name, "hybrid", PolicyState())
     assert policy.send_copy(COPY_DRAFT, 6, 6, 0.0)
     assert not policy.send_copy(Draft.point_masses([]), 6, 6, 0.0)
 
@@ -592,11 +591,11 @@ def test_the_first_round_prices_model_steps_against_the_pass_that_reads_the_prom
     """A step that costs most of a plain pass does not pay in a plain round, but the first round's
     pass reads a long prompt: there the same steps add little to the round's time."""
     state = PolicyState()
-    step = 0.8 * state.costs.plain()
-    policy = SessionPolicy("auto", "onnx-quantized", state, prompt_tokens=1000)
+    step = 0.8 * PRICE.plain_seconds
+    policy = policy_with("auto", "onnx-quantized", state, prompt_tokens=1000)
     policy.session.alpha = 0.8
     assert draft_until_stopped(policy, 6, step) >= 4
-    policy.observe(Draft.point_masses([]), [], 2.0, 0, first_round=True, had_draft=False)
+    policy.observe(Draft.point_masses([]), [], 0, had_draft=False)
     assert draft_until_stopped(policy, 6, step) == 0
 
 
@@ -605,7 +604,7 @@ def test_a_fresh_process_drafts_with_the_int8_model_after_a_short_prompt() -> No
     prompt and drafts with onnx-quantized (step and per-token seconds as measured on this CPU).
     From a prior of 0.5 it declined, and without labels its process never drafted again."""
     for drafter in ("onnx-quantized", "hybrid"):
-        policy = SessionPolicy("auto", drafter, PolicyState(), prompt_tokens=53)
+        policy = policy_with("auto", drafter, PolicyState(), prompt_tokens=53)
         assert policy.keep_drafting(Draft.point_masses([]), 6, 6, 0.027, 53 * 0.0028 - 0.027)
 
 
@@ -617,19 +616,19 @@ def test_sessions_whose_drafter_reads_part_of_the_prompt_learn_apart() -> None:
     state = PolicyState()
     chain = _chain([1, 2, 3, 4], 1.0)
     for _ in range(20):
-        long = SessionPolicy("auto", "hybrid", state, greedy=False, partial_prompt=True)
+        long = policy_with("auto", "hybrid", state, greedy=False, partial_prompt=True)
         for _ in range(10):
-            long.observe(chain, [0.3] * len(chain), seconds(4), 0, first_round=False, had_draft=True)
-    fresh = SessionPolicy("auto", "hybrid", PolicyState(), greedy=False)
-    short = SessionPolicy("auto", "hybrid", state, greedy=False)
+            long.observe(chain, [0.3] * len(chain), 0, had_draft=True)
+    fresh = policy_with("auto", "hybrid", PolicyState(), greedy=False)
+    short = policy_with("auto", "hybrid", state, greedy=False)
     assert short.session.alpha == fresh.session.alpha
     np.testing.assert_allclose(short.predict(chain, range(len(chain))), fresh.predict(chain, range(len(chain))))
-    later = SessionPolicy("auto", "hybrid", state, greedy=False, partial_prompt=True)
+    later = policy_with("auto", "hybrid", state, greedy=False, partial_prompt=True)
     assert later.session.alpha < 0.35
     assert later.copy_session.alpha == short.copy_session.alpha
     later.session.alpha = 0.1
     for _ in range(20):  # rounds in which it declined to draft: no labels
-        later.observe(Draft.point_masses([]), [], seconds(0), 0, first_round=False, had_draft=True)
+        later.observe(Draft.point_masses([]), [], 0, had_draft=True)
     assert later.session.alpha < 0.35
 
 
@@ -639,22 +638,22 @@ def test_a_long_prompt_is_read_only_where_the_models_drafts_are_expected_to_pay(
     does not read it to probe either (the read would not be shared); and every
     READ_AFTER_UNREAD + 1-th session of a kind reads anyway, so the kind's mean is tested."""
     state = PolicyState()
-    plain = state.costs.plain(700)
+    plain = PRICE.plain_seconds
     step, read = 0.4 * plain, 3.0 * plain
 
     def session() -> SessionPolicy:
-        return SessionPolicy("auto", "hybrid", state, prompt_tokens=700, greedy=False, max_new_tokens=128, partial_prompt=True)
+        return policy_with("auto", "hybrid", state, prompt_tokens=700, greedy=False, max_new_tokens=128, partial_prompt=True)
 
     assert session().read_prompt(step, read, 6, 6)  # the prior, 0.9: the model pays
     state.drafter_acceptance("hybrid", greedy=False, partial=True).alpha = 0.3
     answers = [session().read_prompt(step, read, 6, 6) for _ in range(2 * (READ_AFTER_UNREAD + 1))]
     assert answers == ([False] * READ_AFTER_UNREAD + [True]) * 2
-    assert SessionPolicy("auto", "hybrid", state, prompt_tokens=700, greedy=False, max_new_tokens=128).read_prompt(step, read, 6, 6)
+    assert policy_with("auto", "hybrid", state, prompt_tokens=700, greedy=False, max_new_tokens=128).read_prompt(step, read, 6, 6)
 
     unread, not_asked = session(), session()  # not_asked: say other sessions kept the cores busy
     assert not unread.read_prompt(step, read, 6, 6)
     for policy in (unread, not_asked):
         for _ in range(PROBE_AFTER):
-            policy.observe(Draft.point_masses([]), [], seconds(0), 0, first_round=False, had_draft=True)
+            policy.observe(Draft.point_masses([]), [], 0, had_draft=True)
     assert not unread.keep_drafting(Draft.point_masses([]), 6, 6, step, read, reads_prompt=True)
     assert not_asked.keep_drafting(Draft.point_masses([]), 6, 6, step, read, reads_prompt=True)  # a probe

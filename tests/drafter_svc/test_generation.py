@@ -15,9 +15,12 @@ from drafter_svc.policies.policy_state import PolicyState
 from drafter_svc.protocol import GenerationRequest
 from drafter_svc.round_loop import LONG_PROMPT_TOKENS
 from drafter_svc.verifier_info import VerifierInfo
+from specdec.round_price import RoundPrice
 from specdec.sampling_params import SamplingParams
 from specdec.v1 import verifier_pb2_grpc
 from tests.fake_verifier import FakeVerifier
+
+SLOW = RoundPrice(node_cost=0.001, round_overhead=0.0, plain_seconds=1.0)  # plain passes of a second
 
 
 @pytest.mark.parametrize("overlap", [False, True])
@@ -27,11 +30,10 @@ def test_after_a_long_prompt_the_model_reads_it_beside_the_prefill_only_with_ove
     """The first round after a long prompt sends no model draft. With overlap off (shared cores)
     the drafter does not run its model while the verifier prefills: it reads the prompt at its
     first draft, in a later round. With overlap on (cores of its own) it reads it during the
-    prefill, before the first verdict. The process's verifier said its passes take a second, so
+    prefill, before the first verdict. The verifier prices its plain passes at a second, so
     the read and the drafts pay (whatever the model's timings, which earlier tests have set)."""
     verifier = FakeVerifier(tokenizer.fingerprint, next_token=42, round_seconds=0.2)  # room for work beside a pass
     policies = PolicyState()
-    policies.seed_costs([1.0] * 8, LONG_PROMPT_TOKENS)
     runs: list[int] = []  # for each model call, the rounds the verifier had answered
     next_logits = OnnxDrafter.next_logits
 
@@ -48,7 +50,7 @@ def test_after_a_long_prompt_the_model_reads_it_beside_the_prefill_only_with_ove
 
     async def run() -> list[int]:
         async with grpc.aio.insecure_channel(verifier.address) as channel:
-            responses = generate(request, verifier_pb2_grpc.VerifierStub(channel), tokenizer, VerifierInfo(frozenset({2}), 8192), policies)
+            responses = generate(request, verifier_pb2_grpc.VerifierStub(channel), tokenizer, VerifierInfo(frozenset({2}), 8192, SLOW), policies)
             return [t async for response in responses for t in response.token_ids]
 
     try:

@@ -16,13 +16,15 @@ from drafter_svc.policies.policy_state import LearnedKind, PolicyState
 from drafter_svc.policies.registry import POLICY_NAMES, policy_named
 from drafter_svc.policies.session_estimates import SessionEstimates
 from drafter_svc.policies.threshold_policy import ThresholdPolicy
+from specdec.round_price import RoundPrice
 
 CHAIN = Draft.point_masses(range(100, 108), match_lengths=[3] * 8)
 PATH = primary_path(CHAIN)
+PRICE = RoundPrice(node_cost=0.033, round_overhead=0.19, plain_seconds=0.057)  # as a verifier prices a lone round
 
 
 def session(alpha: float = 0.5, drafter: str = "copy") -> SessionEstimates:
-    estimates = SessionEstimates(drafter, PolicyState())
+    estimates = SessionEstimates(drafter, PolicyState(), price=PRICE)
     estimates.session.alpha = alpha
     estimates.copy_session.alpha = alpha
     return estimates

@@ -146,7 +146,7 @@ def test_sessions_go_to_the_least_loaded_ready_verifier_and_stay_there() -> None
         with pool.place() as placed:
             assert placed.address == a.address  # no new sessions on c
         # the running session keeps its verifier and channel
-        load = await running.stub.GetLoad(verifier_pb2.GetLoadRequest(), timeout=5)
+        load = await running.stub.GetModelInfo(verifier_pb2.GetModelInfoRequest(), timeout=5)
         assert load.max_sessions == 10
         held.__exit__(None, None, None)
         await eventually(lambda: c.address not in pool.members)  # channel released after the last session
@@ -225,7 +225,7 @@ def test_a_verifier_that_stops_answering_gets_no_new_sessions() -> None:
         with pool.place() as placed:
             assert placed.address == b.address
         with pytest.raises(grpc.aio.AioRpcError):
-            await pool.members[a.address].stub.GetLoad(verifier_pb2.GetLoadRequest(), timeout=1)
+            await pool.members[a.address].stub.GetModelInfo(verifier_pb2.GetModelInfoRequest(), timeout=1)
         await pool.close()
 
     try:
@@ -256,7 +256,7 @@ def test_drafter_process_with_k8s_verifier_follows_pods_joining_and_leaving(toke
             assert client.generate("Yes or no?", max_new_tokens=2, num_draft_tokens=0).token_ids == [yes, yes]
             api.put(endpoint_slice("second", SERVICE, [(second.host, True)], second.port))  # a pod joins
             deadline = time.monotonic() + 10
-            while second.load_calls < 2:  # the drafter checked it and polls its load
+            while second.info_calls < 2:  # the drafter checked it and polls it
                 assert time.monotonic() < deadline
                 time.sleep(0.02)
             api.delete("first")  # the old one leaves: sessions move to the new one, none fails

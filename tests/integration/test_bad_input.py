@@ -139,7 +139,7 @@ def test_bad_requests_get_precise_statuses_while_a_session_runs(cluster, undistu
     runner.join(timeout=300)
     assert healthy == [undisturbed]
     with grpc.insecure_channel(cluster.verifier.address) as channel:
-        load = verifier_pb2_grpc.VerifierStub(channel).GetLoad(verifier_pb2.GetLoadRequest())
+        load = verifier_pb2_grpc.VerifierStub(channel).GetModelInfo(verifier_pb2.GetModelInfoRequest())
     assert load.open_sessions == 0  # every refused stream released its session
 
 

@@ -62,12 +62,10 @@ ALPHA = 1e-4
 
 @pytest.fixture(scope="module")
 def exact_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    """Services whose verifier scores every drafted node as sent: in a pass shared by several
-    rounds it would otherwise cut drafts that do not pay (scheduler.py, pass_width.py), such as
-    the tree case's two siblings, and concurrent requests would then rarely test the tree. The
-    rule's exactness does not depend on the cut (a cut keeps a tree's prefix with its q). Room
-    for CONCURRENCY sessions and those still closing."""
-    args = ("--cut-batched-drafts", "false", "--max-sessions", str(CONCURRENCY + 8))
+    """Services with room for CONCURRENCY sessions and those still closing. The verifier scores
+    every drafted node as sent (it cuts trees only at a hard limit, --max-pass-rows, off here),
+    and the requests use the fixed policy, so the tree case's two siblings are always tested."""
+    args = ("--max-sessions", str(CONCURRENCY + 8))
     with services(tmp_path_factory.mktemp("exact-cluster-logs"), *args) as c:
         yield c
 

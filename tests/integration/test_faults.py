@@ -36,7 +36,7 @@ class Faults:
 
     def __init__(self, logs: Path) -> None:
         self.logs = logs
-        # One after the other: a verifier times its passes at start-up (verifier_svc/pass_sizes.py),
+        # One after the other: a verifier times its passes at start-up (verifier_svc/backends/cpu_tuning.py),
         # and two doing that at once on two cores took 80 s instead of 8, and padded passes badly.
         self.verifiers: list[Service] = []
         for i in range(2):
@@ -79,7 +79,7 @@ class Faults:
 
 def _open_sessions(verifier: Service) -> int:
     with grpc.insecure_channel(verifier.address) as channel:
-        return verifier_pb2_grpc.VerifierStub(channel).GetLoad(verifier_pb2.GetLoadRequest(), timeout=5).open_sessions
+        return verifier_pb2_grpc.VerifierStub(channel).GetModelInfo(verifier_pb2.GetModelInfoRequest(), timeout=5).open_sessions
 
 
 def _drafter_open_sessions(faults: Faults) -> float:

@@ -16,7 +16,7 @@ POEM = [{"role": "user", "content": "Write a long poem about the mountains and t
 
 def _open_sessions(cluster) -> int:  # type: ignore[no-untyped-def]
     with grpc.insecure_channel(cluster.verifier.address) as channel:
-        return verifier_pb2_grpc.VerifierStub(channel).GetLoad(verifier_pb2.GetLoadRequest()).open_sessions
+        return verifier_pb2_grpc.VerifierStub(channel).GetModelInfo(verifier_pb2.GetModelInfoRequest()).open_sessions
 
 
 # Repeats that the copy and n-gram drafters draft from, so that sampled drafts are often accepted.

@@ -55,13 +55,14 @@ def test_protected_methods_need_the_token_health_does_not_and_garbage_is_invalid
                 stub = verifier_pb2_grpc.VerifierStub(channel)
                 for metadata in (None, authorization_metadata("wrong")):
                     with pytest.raises(grpc.aio.AioRpcError) as refused:
-                        await stub.GetLoad(verifier_pb2.GetLoadRequest(), metadata=metadata)
+                        await stub.GetModelInfo(verifier_pb2.GetModelInfoRequest(), metadata=metadata)
                     assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED and refused.value.details() == REFUSED
-                load = await stub.GetLoad(verifier_pb2.GetLoadRequest(), metadata=authorization_metadata("tok"))
-                assert load.max_sessions == 2
+                with pytest.raises(grpc.aio.AioRpcError) as loading:
+                    await stub.GetModelInfo(verifier_pb2.GetModelInfoRequest(), metadata=authorization_metadata("tok"))
+                assert loading.value.code() == grpc.StatusCode.UNAVAILABLE  # past the token: no model loaded
                 status = await health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest())
                 assert status.status == health_pb2.HealthCheckResponse.SERVING
-                raw = channel.unary_unary("/specdec.v1.Verifier/GetLoad")
+                raw = channel.unary_unary("/specdec.v1.Verifier/GetModelInfo")
                 with pytest.raises(grpc.aio.AioRpcError) as refused:
                     await raw(b"\xff\xff", metadata=authorization_metadata("tok"))
                 assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT and refused.value.details().startswith("request:")

@@ -9,12 +9,9 @@ import threading
 import time
 
 import pytest
-import torch
 
 from specdec.errors import FailedPrecondition, InvalidArgument, Unavailable
-from verifier_svc.acceptance import RoundVerdict
 from verifier_svc import scheduler as scheduler_module
-from verifier_svc.pass_time import PassTimeModel
 from verifier_svc.scheduler import PassRecord, Scheduler
 from verifier_svc.session import RoundInput
 
@@ -65,12 +62,9 @@ def fake_batch(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def run(open_sessions: int, rounds: list[list[int]], max_wait_s: float, max_batch_tokens: int = 512,
-        pass_time: PassTimeModel | None = None) -> tuple[list, list[PassRecord], float]:
-    """The rounds' trees are cut by cost only when `pass_time` (the verifier's fit) is given."""
+        max_pass_rows: int = 0) -> tuple[list, list[PassRecord], float]:
     passes: list[PassRecord] = []
-    s = Scheduler(lambda: open_sessions, max_batch_tokens, max_wait_s, width_by_cost=pass_time is not None, on_pass=passes.append)
-    if pass_time is not None:
-        s.pass_time = pass_time
+    s = Scheduler(lambda: open_sessions, max_batch_tokens, max_wait_s, max_pass_rows, on_pass=passes.append)
     s.start()
 
     async def go() -> list:
@@ -118,7 +112,8 @@ def test_sessions_turning_around_are_waited_for_so_they_do_not_take_turns(monkey
     monkeypatch.setattr(scheduler_module, "score_batch", slow_batch)
     monkeypatch.setattr(FakeTarget, "score", lambda self, cache, pending, tree: time.sleep(pass_seconds) or ("alone", list(tree)))
     passes: list[PassRecord] = []
-    s = Scheduler(lambda: 2, 512, 0.003, width_by_cost=False, on_pass=passes.append)
+    s = Scheduler(lambda: 2, 512, 0.003, on_pass=passes.append)
+    s.pass_price.seed([pass_seconds, pass_seconds], 1)  # what the verifier timed at start: the fixed cost waited up to
     s.start()
 
     async def drive(start: float) -> None:
@@ -155,7 +150,7 @@ def test_token_budget_splits_passes_and_an_invalid_round_fails_alone() -> None:
 
 def test_a_prompts_prefill_runs_in_a_pass_of_its_own_not_padding_the_decode_rounds() -> None:
     passes: list[PassRecord] = []
-    s = Scheduler(lambda: 3, 512, 2.0, width_by_cost=False, on_pass=passes.append)
+    s = Scheduler(lambda: 3, 512, 2.0, on_pass=passes.append)
     s.start()
     prompt = FakeSession()
     prompt.tokens, prompt.cache = list(range(200)), []  # 200 tokens to prefill
@@ -176,7 +171,7 @@ def test_a_prompts_prefill_runs_in_a_pass_of_its_own_not_padding_the_decode_roun
 
 def test_under_load_trees_are_cut_to_the_row_budget_and_a_lone_round_is_not() -> None:
     passes: list[PassRecord] = []
-    s = Scheduler(lambda: 2, 512, 2.0, max_pass_rows=8, width_by_cost=False, on_pass=passes.append)
+    s = Scheduler(lambda: 2, 512, 2.0, max_pass_rows=8, on_pass=passes.append)
     s.start()
 
     async def go() -> list:
@@ -252,9 +247,11 @@ def test_calls_run_on_the_thread_that_runs_the_passes_and_their_errors_come_back
     assert threads == [loader] * 3
 
 
-def test_each_verdict_comes_with_its_pass_shape_and_the_fitted_row_cost() -> None:
+def test_each_verdict_comes_with_its_pass_shape_and_the_pass_teaches_the_price() -> None:
     """Three rounds in one pass: B = 3, T = 1 pending + 3 nodes; slots: the cached entries read."""
-    s = Scheduler(lambda: 3, 512, 2.0, width_by_cost=False)
+    s = Scheduler(lambda: 3, 512, 2.0)
+    s.pass_price.seed([0.05, 0.06, 0.062], 100)
+    seeded = s.price(100, 3)
     s.start()
     sessions = [FakeSession() for _ in range(3)]
     sessions[2].cache = [1, 2, 3, 4]
@@ -273,68 +270,27 @@ def test_each_verdict_comes_with_its_pass_shape_and_the_fitted_row_cost() -> Non
     assert len(records) == 1  # one pass, one record for all three
     record = results[0][1]
     assert (record.rounds, record.rows, record.slots) == (3, 3 * 4, 1 + 1 + 4)
-    assert record.row_seconds == s.pass_time.row_seconds > 0 and s.pass_time.passes == 1
+    assert s.pass_price.passes == 1 and s.pass_price.shared_rounds == 3
+    assert s.price(100, 3) != seeded and s.price(100, 3).known
 
 
-def fitted(fixed: float, per_row: float) -> PassTimeModel:
-    """A pass-time fit that has seen decode passes costing fixed + per_row x rows."""
-    model = PassTimeModel()
-    for i, rows in enumerate([1, 2, 4, 8, 16, 32] * 30):
-        model.observe(rows, 100 * (i % 7), fixed + per_row * rows)
-    return model
-
-
-def test_a_pass_of_several_rounds_keeps_drafts_only_where_they_pay_and_a_lone_round_all() -> None:
-    """Rows that cost as much as the whole plain pass: no draft can pay, each round is cut to its
-    pending token; rows nearly free: every node is kept. A lone round is never cut."""
+def test_drafts_are_never_cut_by_cost_only_by_the_hard_row_limit() -> None:
+    """The drafters price their nodes (the verifier publishes the price): a pass of several
+    rounds keeps every node unless --max-pass-rows cuts it; a lone round keeps them all."""
     rounds = [[1, 2, 3], [4, 5], [6, 7, 8, 9]]
-    costly, _, _ = run(3, rounds, max_wait_s=2.0, pass_time=fitted(0.01, 0.05))
-    assert costly == [("batched", []), ("batched", []), ("batched", [])]
-    cheap, _, _ = run(3, rounds, max_wait_s=2.0, pass_time=fitted(0.05, 1e-5))
-    assert cheap == [("batched", r) for r in rounds]
-    alone, _, _ = run(1, [rounds[2]], max_wait_s=2.0, pass_time=fitted(0.01, 0.05))
+    kept, _, _ = run(3, rounds, max_wait_s=2.0)
+    assert kept == [("batched", r) for r in rounds]
+    limited, _, _ = run(3, rounds, max_wait_s=2.0, max_pass_rows=9)  # 9 // 3 - 1 pending = 2 nodes each
+    assert limited == [("batched", r[:2]) for r in rounds]
+    alone, _, _ = run(1, [rounds[2]], max_wait_s=2.0, max_pass_rows=2)
     assert alone == [("alone", rounds[2])]
 
 
-def test_a_bad_node_is_refused_even_where_the_cut_would_drop_it() -> None:
+def test_a_bad_node_is_refused_even_where_the_limit_would_drop_it() -> None:
     rounds = [[1, 2, 3], [4, -5], [6, 7]]  # -5: a node the session refuses
-    results, _, _ = run(3, rounds, max_wait_s=2.0, pass_time=fitted(0.01, 0.05))  # every node cut
+    results, _, _ = run(3, rounds, max_wait_s=2.0, max_pass_rows=3)  # every node cut
     assert isinstance(results[1], InvalidArgument)
     assert results[0] == results[2] == ("batched", [])
-
-
-class RejectingSession(FakeSession):
-    """A session whose every drafted node the target rejects."""
-
-    def finish(self, prepared: FakePrepared, logits):  # type: ignore[no-untyped-def]
-        n = len(prepared.tree)
-        return RoundVerdict([], 0, n == 0, torch.zeros(n))
-
-
-def test_a_session_whose_drafts_are_rejected_loses_its_width_under_load() -> None:
-    """Moderate row cost, the other round of the pass plain: with the prior acceptance the
-    drafting session's nodes pay and are kept; once they have been rejected a few times they
-    no longer do and are cut."""
-    s = Scheduler(lambda: 2, 512, 2.0)
-    s.pass_time = fitted(0.05, 0.002)
-    s.start()
-    bad, plain = RejectingSession(), FakeSession()
-
-    async def go() -> list:
-        out = []
-        for _ in range(8):
-            out.append(await asyncio.gather(
-                s.verify(bad, RoundInput.point_masses([1, 2])), s.verify(plain, RoundInput.point_masses([])),  # type: ignore[arg-type]
-            ))
-        return out
-
-    try:
-        results = asyncio.run(go())
-    finally:
-        s.stop()
-    assert len(results[0][0].acceptance_probs) == 2
-    assert len(results[-1][0].acceptance_probs) == 0
-    assert s._rate(bad).alpha < 0.25 and s.acceptance.alpha < 0.5  # no labels once cut: it stays where it fell
 
 
 def test_close_waits_for_the_running_pass_and_refuses_the_rounds_still_waiting() -> None:

@@ -17,7 +17,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from specdec.grpc_server import ExceptionToStatusInterceptor
 from specdec.launcher import free_port
 from specdec.metrics import VerifierMetrics, serve_metrics
+from specdec.round_price import RoundPrice
 from specdec.v1 import common_pb2, verifier_pb2, verifier_pb2_grpc
+from verifier_svc.backends.pass_timing import time_lone_passes
 from verifier_svc.kv_cache import kv_bytes_per_token
 from verifier_svc.servicer import Batching, VerifierServicer
 from verifier_svc.target_model import TargetModel
@@ -186,14 +188,26 @@ def test_kv_memory_limit_refuses_new_sessions_and_spares_running_ones(target, to
     assert servicer.sessions.open == 0
 
 
-def test_model_info_tells_drafters_what_the_timed_passes_cost(target: TargetModel, tokenizer) -> None:  # type: ignore[no-untyped-def]
+def test_model_info_prices_a_first_round_from_the_passes_timed_at_start(target: TargetModel, tokenizer) -> None:  # type: ignore[no-untyped-def]
+    """The verifier alone prices rounds: its ModelInfo carries the price of a new session's first
+    round, in plain passes of the seconds it timed, and its session counts; no pass costs."""
     tuned = TargetModel(target.model, "tuned")
     tuned.tune_pass_sizes(context_tokens=32, max_tokens=4, repeats=1)
-    servicer = VerifierServicer(1, MAX_DRAFT, MAX_DRAFT, 2048)
-    servicer.set_ready(tuned, tokenizer)
-    assert servicer.info is not None and list(servicer.info.pass_seconds) == tuned.pass_seconds
-    assert len(tuned.pass_seconds) == 4 and servicer.info.pass_context_tokens == 32
+    servicer = VerifierServicer(3, MAX_DRAFT, MAX_DRAFT, 2048)
     untimed = VerifierServicer(1, MAX_DRAFT, MAX_DRAFT, 2048)
-    untimed.set_ready(target, tokenizer)  # never tuned: drafters keep their own prior
-    assert untimed.info is not None and not untimed.info.pass_seconds
-
+    try:
+        servicer.set_ready(tuned, tokenizer)
+        info = asyncio.run(servicer.GetModelInfo(verifier_pb2.GetModelInfoRequest(), None))
+        price = RoundPrice.from_proto(info.price)
+        # the fit through the timed passes (noisy on a shared host: a term they would make
+        # negative is dropped, so the plain pass is fitted, not copied)
+        assert min(tuned.pass_seconds) / 1.5 < price.plain_seconds < 1.5 * max(tuned.pass_seconds)
+        assert price.of(1) >= 1.0 and price.node_cost >= 0 and price.round_overhead >= 0
+        assert (info.max_sessions, info.open_sessions) == (3, 0)
+        untimed.set_ready(target, tokenizer)  # never timed (server.load_target times it): no price yet
+        assert not asyncio.run(untimed.GetModelInfo(verifier_pb2.GetModelInfoRequest(), None)).price.plain_seconds
+    finally:
+        servicer.scheduler.stop()
+        untimed.scheduler.stop()
+    seconds = time_lone_passes(target, max_tokens=3, repeats=1)
+    assert len(seconds) == 3 and all(t > 0 for t in seconds)

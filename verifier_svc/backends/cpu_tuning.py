@@ -1,7 +1,7 @@
 """Pass sizes on CPU, timed at start so that a noisy neighbour cannot lock in a bad choice.
 
 The verifier times lone passes of 1..K tokens in both linear layouts (linear_layout.py), keeps
-the layout whose passes, each padded to the fastest size at or above it (pass_sizes.py), cost
+the layout whose passes, each padded to the fastest size at or above it (batch_planner.py), cost
 less summed over the sizes, and pads so from then on. A start beside a process that loads both
 cores once timed 2-12-token passes at ~3 s each and padded every one of them to 12 tokens for
 the life of the process. So:
@@ -11,7 +11,7 @@ the life of the process. So:
   one completes in that time nothing is padded (weight first, every pass at its own size);
 - each padding choice (r real tokens run as s) is confirmed by CONFIRM_TURNS back-to-back pairs
   of passes of r and of s tokens, which a burst of contention hits alike: it is kept only if s's
-  minimum is below r's own minimum by pass_sizes.MIN_GAIN, so padding never makes a pass slower
+  minimum is below r's own minimum by batch_planner.MIN_GAIN, so padding never makes a pass slower
   than it was measured to run unpadded.
 """
 
@@ -21,7 +21,7 @@ import time
 from typing import TYPE_CHECKING, Protocol
 
 from verifier_svc.backends.pass_timing import lone_pass_seconds
-from verifier_svc.pass_sizes import MIN_GAIN, fastest_at_least
+from verifier_svc.batch_planner import MIN_GAIN, fastest_at_least
 from verifier_svc.token_tree import chain
 
 if TYPE_CHECKING:

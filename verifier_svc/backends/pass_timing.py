@@ -21,3 +21,17 @@ def lone_pass_seconds(target: TargetModel, cache: KVCache, context_tokens: int, 
     seconds = time.perf_counter() - started
     cache.truncate(context_tokens)
     return seconds
+
+
+PRICE_CONTEXT_TOKENS = 128  # cached tokens before the passes time_lone_passes times
+
+
+def time_lone_passes(target: TargetModel, max_tokens: int = 9, repeats: int = 2) -> list[float]:
+    """Seconds of lone passes of 1..max_tokens tokens after PRICE_CONTEXT_TOKENS cached ones, the
+    minimum of `repeats` each: where a backend does not tune, what the round price starts from
+    (verifier_svc/pass_price.py)."""
+    cache = target.new_cache()
+    target.score(cache, [1] * PRICE_CONTEXT_TOKENS, chain([]))
+    return [
+        min(lone_pass_seconds(target, cache, PRICE_CONTEXT_TOKENS, size) for _ in range(repeats)) for size in range(1, max_tokens + 1)
+    ]
