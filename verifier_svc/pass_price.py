@@ -21,7 +21,10 @@ least.
 Prices, in plain decoding passes of the session's next round:
 
 - alone (at most one session open, the round its pass's only one): plain = a + m + k L at the
-  session's L cached tokens; a node costs m / plain, a round with nodes j / plain more;
+  session's L cached tokens; a node costs m / plain, a round with nodes j / plain more; and, for
+  as many nodes as the start-up timing reached, the table of its lone passes' times over the
+  one-token pass's (RoundPrice.round_costs): a CPU pads each size to one it timed fastest, so
+  those times are a staircase (1-4 tokens alike, then a step) that a line prices wrong;
 - sharing passes (S = max(B, open sessions) >= 2): the round's share of a pass of B rounds
   (the last pass that held several), plain = (a + j + m B + k B L) / B; a node pads every
   round of the next pass, about S of them, so it costs S m / plain, with no fixed overhead.
@@ -62,6 +65,7 @@ class PassPriceModel:
         self.passes = 0  # observed passes
         self.shared_rounds = 0  # rounds of the last pass that held several (0: none yet)
         self.shared_slots = 0  # and the cached entries it read
+        self.lone_costs: tuple[float, ...] = ()  # a lone round of 1, 2, ... nodes, in plain passes (seed)
 
     @property
     def fitted(self) -> bool:
@@ -70,10 +74,13 @@ class PassPriceModel:
     def seed(self, lone_seconds: Sequence[float], context: int) -> None:
         """Start from lone passes timed at start: lone_seconds[r - 1] for r new tokens (the
         pending token and r - 1 drafted nodes) after `context` cached tokens; seed_weight
-        pseudo-passes in all, half of them the plain pass."""
+        pseudo-passes in all, half of them the plain pass. Their ratios to the one-token pass,
+        up to the first size not timed, are the lone round's table (module docstring)."""
         valid = [(r, t) for r, t in enumerate(lone_seconds, start=1) if t > 0]
         if not valid or valid[0][0] != 1:
             return
+        timed = [t for _, t in valid[: next((i for i, (r, _) in enumerate(valid) if r != i + 1), len(valid))]]
+        self.lone_costs = tuple(t / timed[0] for t in timed[1:])
         self._seed_xx, self._seed_xt = np.zeros((4, 4)), np.zeros(4)
         wider = max(1, len(valid) - 1)
         for rows, seconds in valid:
@@ -147,7 +154,7 @@ class PassPriceModel:
             plain = a + m + k * context
             if plain <= 0:
                 return RoundPrice()
-            return RoundPrice(m / plain, j / plain, plain)
+            return RoundPrice(m / plain, j / plain, plain, self.lone_costs)
         rounds = self.shared_rounds or shared
         slots = self.shared_slots if self.shared_rounds else rounds * context
         share = (a + j + m * rounds + k * slots) / rounds

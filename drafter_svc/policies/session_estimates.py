@@ -129,14 +129,16 @@ class SessionEstimates:
     def read_prompt(self, step_seconds: float, read_seconds: float, max_depth: int, max_nodes: int) -> bool:
         """Whether a model drafter (steps of `step_seconds`) should read a long prompt beside the
         verifier's prefill (`read_seconds` beyond a step): its best chain at the session's rate,
-        in a lone round after the first, with the read spread over the session's rounds
-        (read_share), emits more tokens per unit of cost than plain decoding; or
+        in a lone round after the first, with the part of the read that outlasts the prefill's
+        pass spread over the session's rounds (read_share), emits more tokens per unit of cost
+        than plain decoding; or
         READ_AFTER_UNREAD sessions of its kind in a row left theirs unread. Counts the sessions
         that do not read."""
         key, plain = self.kind(), self.price.plain_seconds
         if plain <= 0:  # no price: drafting is priced as free, so reading pays
             return True
-        first = read_seconds / plain * self.read_share(max_depth)
+        beside = self.cost().plain_seconds if self.prefill_round() else 0.0  # the prefill's pass
+        first = max(0.0, read_seconds - beside) / plain * self.read_share(max_depth)
         rates = self.chain_rates(self.price, step_seconds / plain, first, max_depth, max_nodes)
         if max(rates[1:], default=0.0) > rates[0] or self.state.unread.get(key, 0) >= READ_AFTER_UNREAD:
             self.state.unread[key] = 0

@@ -650,6 +650,16 @@ def test_a_long_prompt_is_read_only_where_the_models_drafts_are_expected_to_pay(
     assert answers == ([False] * READ_AFTER_UNREAD + [True]) * 2
     assert policy_with("auto", "hybrid", state, prompt_tokens=700, greedy=False, max_new_tokens=128).read_prompt(step, read, 6, 6)
 
+    # A read that the prefill's pass outlasts costs nothing: a long prompt's pass (700 tokens
+    # here) takes many plain passes, and the drafter reads beside it.
+    state.drafter_acceptance("hybrid", greedy=False, partial=True).alpha = 0.75
+    prefill = session().cost().plain_seconds
+    assert prefill > 20 * plain
+    assert session().read_prompt(step, 0.9 * prefill, 6, 6)
+    assert not session().read_prompt(step, 1.9 * prefill, 6, 6)  # 0.9 of it outlasts the pass: too dear here
+    state.unread.clear()
+    state.drafter_acceptance("hybrid", greedy=False, partial=True).alpha = 0.3
+
     unread, not_asked = session(), session()  # not_asked: say other sessions kept the cores busy
     assert not unread.read_prompt(step, read, 6, 6)
     for policy in (unread, not_asked):

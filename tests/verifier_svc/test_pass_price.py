@@ -30,6 +30,26 @@ def test_the_seed_prices_a_lone_round_in_plain_passes() -> None:
     assert price.of(0) == 1.0 and price.of(4) == pytest.approx(LONE[4] / LONE[0], rel=0.02)
 
 
+def test_a_padded_staircase_is_priced_by_its_table_not_by_a_line() -> None:
+    """A CPU verifier pads 2-4 tokens to 4 and 5-9 to 9 (its start-up timing, ms: 63, 71 x3,
+    103 x5): a lone round's price follows the steps, however its passes move the fit later;
+    past the table, and under load, the line prices."""
+    lone = [0.063] + [0.071] * 3 + [0.103] * 5
+    model = PassPriceModel()
+    model.seed(lone, 128)
+    for _ in range(30):  # passes in service that would bend a line: wide ones slow, a long context
+        model.observe(7, 530, 0.130)
+        model.observe(1, 530, 0.055)
+    price = model.price(530)
+    assert price.round_costs == pytest.approx([0.071 / 0.063] * 3 + [0.103 / 0.063] * 5)
+    assert price.of(1) == price.of(3) == pytest.approx(0.071 / 0.063)
+    assert price.of(8) == pytest.approx(0.103 / 0.063)
+    assert price.of(9) == pytest.approx(1 + price.round_overhead + 9 * price.node_cost)
+    assert model.price(530, shared=4).round_costs == ()
+    model.seed([0.063, 0.071, 0.0, 0.071], 128)  # an untimed size ends the table
+    assert model.price(128).round_costs == pytest.approx([0.071 / 0.063])
+
+
 def test_recovers_row_slot_and_jump_costs_from_passes_in_service() -> None:
     """Under load B drives both rows (B x T) and slots (B x L): the fit must still tell the cost
     of a row from the cost of a cached entry, or drafts would be charged for reading caches."""
