@@ -22,9 +22,14 @@ Prices, in plain decoding passes of the session's next round:
 
 - alone (at most one session open, the round its pass's only one): plain = a + m + k L at the
   session's L cached tokens; a node costs m / plain, a round with nodes j / plain more; and, for
-  as many nodes as the start-up timing reached, the table of its lone passes' times over the
-  one-token pass's (RoundPrice.round_costs): a CPU pads each size to one it timed fastest, so
-  those times are a staircase (1-4 tokens alike, then a step) that a line prices wrong;
+  as many nodes as the start-up timing reached, a table of what a lone round of each size costs
+  (RoundPrice.round_costs): a CPU pads each size to one it timed fastest, so those times are a
+  staircase (1-4 tokens alike, then a step) that a line prices wrong. The table starts as the
+  start-up passes' times over the one-token pass's and learns in service: each lone decode
+  pass of r tokens moves entry r - 1 towards its seconds over the fit's plain pass at the same
+  cached length (clipped like the fit's passes), so a long context's wider passes, which cost
+  more next to a plain pass than at start-up's short one, are priced as they run. Published
+  non-decreasing (a round of more nodes never priced below a smaller one);
 - sharing passes (S = max(B, open sessions) >= 2): the round's share of a pass of B rounds
   (the last pass that held several), plain = (a + j + m B + k B L) / B; a node pads every
   round of the next pass, about S of them, so it costs S m / plain, with no fixed overhead.
@@ -43,6 +48,7 @@ from specdec.round_price import RoundPrice
 
 DECODE_MAX_PENDING = 16  # pending tokens of a round beyond which its pass counts as a prefill
 CLIP = 1.5  # an observed pass enters the fit clipped to [1 / CLIP, CLIP] times its prediction
+TABLE_DECAY = 0.9  # a lone round's table entry keeps this much of itself at each pass of its size
 SLOT_UNIT = 1000.0  # the slots regressor's unit, keeping the normal equations well conditioned
 RIDGE = 1e-6  # keeps the normal equations solvable where the seeds leave a term undetermined
 # k is pulled towards 0 by this many pseudo-passes at SLOT_UNIT slots: the seeds, all at one
@@ -65,7 +71,7 @@ class PassPriceModel:
         self.passes = 0  # observed passes
         self.shared_rounds = 0  # rounds of the last pass that held several (0: none yet)
         self.shared_slots = 0  # and the cached entries it read
-        self.lone_costs: tuple[float, ...] = ()  # a lone round of 1, 2, ... nodes, in plain passes (seed)
+        self._lone_costs: list[float] = []  # a lone round of 1, 2, ... nodes, in plain passes
 
     @property
     def fitted(self) -> bool:
@@ -75,12 +81,12 @@ class PassPriceModel:
         """Start from lone passes timed at start: lone_seconds[r - 1] for r new tokens (the
         pending token and r - 1 drafted nodes) after `context` cached tokens; seed_weight
         pseudo-passes in all, half of them the plain pass. Their ratios to the one-token pass,
-        up to the first size not timed, are the lone round's table (module docstring)."""
+        up to the first size not timed, start the lone round's table (module docstring)."""
         valid = [(r, t) for r, t in enumerate(lone_seconds, start=1) if t > 0]
         if not valid or valid[0][0] != 1:
             return
         timed = [t for _, t in valid[: next((i for i, (r, _) in enumerate(valid) if r != i + 1), len(valid))]]
-        self.lone_costs = tuple(t / timed[0] for t in timed[1:])
+        self._lone_costs = [t / timed[0] for t in timed[1:]]
         self._seed_xx, self._seed_xt = np.zeros((4, 4)), np.zeros(4)
         wider = max(1, len(valid) - 1)
         for rows, seconds in valid:
@@ -97,6 +103,8 @@ class PassPriceModel:
         if rows <= 0 or slots < 0 or not seconds > 0:
             return
         if self._fit is not None:
+            if rounds == 1:
+                self._learn_lone_cost(rows, slots, seconds)
             predicted = self.seconds(rows, slots)
             seconds = min(max(seconds, predicted / CLIP), predicted * CLIP)
         x = _regressors(rows, slots)
@@ -106,6 +114,26 @@ class PassPriceModel:
         if rounds >= 2:
             self.shared_rounds, self.shared_slots = rounds, slots
         self._solve()
+
+    def _learn_lone_cost(self, rows: int, slots: int, seconds: float) -> None:
+        """Move the table's entry for a lone pass of `rows` tokens (rows - 1 nodes) towards its
+        seconds over the fit's plain pass at `slots` cached entries, clipped like a fit's pass."""
+        plain = self.seconds(1, slots)
+        if not 2 <= rows <= len(self._lone_costs) + 1 or plain <= 0:
+            return
+        old = self._lone_costs[rows - 2]
+        ratio = min(max(seconds / plain, old / CLIP), old * CLIP)
+        self._lone_costs[rows - 2] = TABLE_DECAY * old + (1.0 - TABLE_DECAY) * ratio
+
+    @property
+    def lone_costs(self) -> tuple[float, ...]:
+        """The lone round's table as published: entry n - 1 for n nodes, never below a smaller
+        round's (module docstring)."""
+        table, highest = [], 0.0
+        for cost in self._lone_costs:
+            highest = max(highest, cost)
+            table.append(highest)
+        return tuple(table)
 
     def _solve(self) -> None:
         """Least squares with j, m and k kept >= 0: a term the data would make negative (noisy

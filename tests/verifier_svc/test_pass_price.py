@@ -32,13 +32,12 @@ def test_the_seed_prices_a_lone_round_in_plain_passes() -> None:
 
 def test_a_padded_staircase_is_priced_by_its_table_not_by_a_line() -> None:
     """A CPU verifier pads 2-4 tokens to 4 and 5-9 to 9 (its start-up timing, ms: 63, 71 x3,
-    103 x5): a lone round's price follows the steps, however its passes move the fit later;
-    past the table, and under load, the line prices."""
+    103 x5): a lone round's price follows the steps; past the table, and under load, the line
+    prices."""
     lone = [0.063] + [0.071] * 3 + [0.103] * 5
     model = PassPriceModel()
     model.seed(lone, 128)
-    for _ in range(30):  # passes in service that would bend a line: wide ones slow, a long context
-        model.observe(7, 530, 0.130)
+    for _ in range(30):  # plain passes in service move the line, not the table
         model.observe(1, 530, 0.055)
     price = model.price(530)
     assert price.round_costs == pytest.approx([0.071 / 0.063] * 3 + [0.103 / 0.063] * 5)
@@ -48,6 +47,28 @@ def test_a_padded_staircase_is_priced_by_its_table_not_by_a_line() -> None:
     assert model.price(530, shared=4).round_costs == ()
     model.seed([0.063, 0.071, 0.0, 0.071], 128)  # an untimed size ends the table
     assert model.price(128).round_costs == pytest.approx([0.071 / 0.063])
+
+
+def test_the_table_learns_what_lone_rounds_cost_at_the_context_they_run() -> None:
+    """At 530 cached tokens a 4-token pass took 130 ms against 55 for a plain one, where the
+    start-up timing at 128 gave 71 against 63: the 3-node entry follows the passes, a burst
+    moves it little, and a bigger round is never priced below it."""
+    lone = [0.063] + [0.071] * 3 + [0.103] * 5
+    model = PassPriceModel()
+    model.seed(lone, 128)
+    for _ in range(3):  # a burst: three 5-token passes ten times slower
+        model.observe(1, 128, 0.063)
+        model.observe(4, 128, 0.71)
+    assert model.price(128).of(3) < 1.2 * 0.071 / 0.063
+    for _ in range(60):
+        model.observe(1, 530, 0.055)
+        model.observe(4, 530, 0.130)
+    price = model.price(530)
+    learned = 0.130 / model.seconds(1, 530)
+    assert price.of(3) == pytest.approx(learned, rel=0.05) and learned > 2
+    assert price.of(2) == pytest.approx(0.071 / 0.063)  # sizes not run keep their start
+    assert price.round_costs[3:] == pytest.approx([price.of(3)] * 5)  # 103 / 63 < learned
+    assert price.round_costs == tuple(sorted(price.round_costs))
 
 
 def test_recovers_row_slot_and_jump_costs_from_passes_in_service() -> None:
