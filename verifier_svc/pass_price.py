@@ -129,7 +129,8 @@ class PassPriceModel:
     def lone_costs(self) -> tuple[float, ...]:
         """The lone round's table as published: entry n - 1 for n nodes, never below a smaller
         round's (module docstring)."""
-        table, highest = [], 0.0
+        table: list[float] = []
+        highest = 0.0
         for cost in self._lone_costs:
             highest = max(highest, cost)
             table.append(highest)
