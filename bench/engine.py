@@ -61,6 +61,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--no-services", action="store_true", help="skip plain decoding through the services")
     p.add_argument("--no-graphs", action="store_true", help="on CUDA, run every pass eagerly (the verifier's --cuda-graphs false)")
     p.add_argument("--no-compile", action="store_true", help="on CUDA, record graphs of the model as written (the verifier's --cuda-compiled-blocks false)")
+    p.add_argument("--cpu-compiled", action="store_true", help="on CPU, lone passes as compiled static passes (the verifier's --cpu-compiled-passes true)")
     p.add_argument("--json", type=Path, default=None, help="also write the results here")
     return p.parse_args(argv)
 
@@ -139,7 +140,7 @@ def plain_decode_through_services(args: argparse.Namespace) -> dict[str, float]:
     # for a story makes the default model end at once).
     prompt = "Once upon a time, in a lighthouse on a rocky island far from the coast, there lived an old keeper who"
     verifier = ["--model", args.model, "--device", args.device, "--dtype", args.dtype, "--cuda-graphs", str(not args.no_graphs).lower(),
-                "--cuda-compiled-blocks", str(not args.no_compile).lower()]
+                "--cuda-compiled-blocks", str(not args.no_compile).lower(), "--cpu-compiled-passes", str(args.cpu_compiled).lower()]
     with tempfile.TemporaryDirectory() as logs, LocalCluster(Path(logs), verifier_args=verifier, drafter_args=["--drafter", "copy"]) as c:
         with grpc.insecure_channel(c.verifier.address) as channel:
             price = verifier_pb2_grpc.VerifierStub(channel).GetModelInfo(verifier_pb2.GetModelInfoRequest(), timeout=10).price
@@ -182,17 +183,17 @@ def pass_curve(target: TargetModel, batches: Sequence[int], context: int, max_ne
     return curve
 
 
-def cuda_options(args: argparse.Namespace) -> str:
-    """The report heading's note of CUDA options turned off (empty on the CPU or with none off)."""
+def device_options(args: argparse.Namespace) -> str:
+    """The report heading's note of the device's options: CUDA ones turned off, compiled CPU passes on."""
     if args.device == "cpu":
-        return ""
+        return ", compiled lone passes" if args.cpu_compiled else ""
     return ", CUDA graphs off" if args.no_graphs else ", blocks not compiled" if args.no_compile else ""
 
 
 def report(args: argparse.Namespace, results: dict) -> str:
     floor = results["floor"]
     lines = [
-        f"# Engine profile: {args.model} on {args.device}, {args.dtype}" + cuda_options(args),
+        f"# Engine profile: {args.model} on {args.device}, {args.dtype}" + device_options(args),
         "",
         f"machine: {results['machine']['cpu_model']}, {results['machine']['usable_cpus']} usable CPUs, torch {results['machine']['torch']}, "
         f"commit {results['machine']['git_commit']}; {args.context} cached tokens a session; medians of {args.repeats}",
@@ -229,7 +230,8 @@ def main(argv: Sequence[str]) -> int:
     args = parse_args(argv)
     torch.manual_seed(0)
     # Loaded, warmed and tuned as the verifier service does it.
-    target, _ = load_target(VerifierSettings(model=args.model, device=args.device, dtype=args.dtype, cuda_graphs=not args.no_graphs, cuda_compiled_blocks=not args.no_compile))
+    target, _ = load_target(VerifierSettings(model=args.model, device=args.device, dtype=args.dtype, cuda_graphs=not args.no_graphs, cuda_compiled_blocks=not args.no_compile,
+                                       cpu_compiled_passes=args.cpu_compiled))
     model = target.model
     results: dict = {"machine": describe(), "args": {k: str(v) for k, v in vars(args).items()}}
     bandwidth = read_bandwidth(args.device)

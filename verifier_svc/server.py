@@ -46,7 +46,10 @@ def load_target(config: VerifierSettings) -> tuple[TargetModel, Tokenizer]:
     if config.torch_threads:
         torch.set_num_threads(config.torch_threads)
     model, folder = open_model(config.model, config.device, resolve_dtype(config.dtype, config.device), config.device_map)
-    target = TargetModel(model, name=served_name(config.model), graphs=config.cuda_graphs, compiled_blocks=config.cuda_compiled_blocks)
+    target = TargetModel(
+        model, name=served_name(config.model), graphs=config.cuda_graphs, compiled_blocks=config.cuda_compiled_blocks,
+        compiled_passes=config.cpu_compiled_passes,
+    )
     tokenizer = Tokenizer(folder)
     limits = Limits(max_draft_tokens=3, max_draft_depth=2, context_length=target.context_length)
     warm = Session(target, tokenizer.encode("Hello"), SamplingParams(temperature=0.0), seed=0, limits=limits)

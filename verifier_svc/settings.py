@@ -49,6 +49,10 @@ class VerifierSettings:
         default=True,
         metadata={"group": "performance", "help": "on CUDA with graphs, compile the model's norms and MLPs with torch.compile inside the recorded passes (fewer kernels a pass; backends/compiled_blocks.py)"},
     )
+    cpu_compiled_passes: bool = field(
+        default=False,
+        metadata={"group": "performance", "help": "on CPU, run lone passes of up to 8 tokens as static passes compiled by torch.compile (4 sessions at a time, up to 4096 cached tokens each; a few compiles at start, minutes on a 2-core host; backends/cpu_compiled.py)"},
+    )
     cpus: str = field(default="", metadata={"group": "performance", "help": "CPU list to pin this process to, e.g. 0 or 0-1,3 (empty: all it may use)"})
     torch_threads: int = field(default=0, metadata={"group": "performance", "help": "torch intra-op threads (0: one per --cpus CPU if pinned, else torch's default)"})
     grace_seconds: float = field(default=20.0, metadata={"group": "server", "help": "on SIGTERM, how long running streams may finish"})

@@ -23,9 +23,12 @@ class TargetModel:
     the model computes after its decoder, whatever it applies there (logit scaling, soft caps).
     """
 
-    def __init__(self, model: PreTrainedModel, name: str, graphs: bool = True, compiled_blocks: bool = True) -> None:
+    def __init__(
+        self, model: PreTrainedModel, name: str, graphs: bool = True, compiled_blocks: bool = True, compiled_passes: bool = False,
+    ) -> None:
         """`graphs`: let the backend replay lone passes as recorded graphs where it can (CUDA);
-        `compiled_blocks`: record them with the model's norms and MLPs compiled."""
+        `compiled_blocks`: record them with the model's norms and MLPs compiled;
+        `compiled_passes`: on CPU, run lone passes as compiled static passes."""
         self.model = model
         self.name = name
         self.device = next(model.parameters()).device
@@ -34,7 +37,7 @@ class TargetModel:
         self.context_length: int = model.config.max_position_embeddings
         self.layers = layer_windows(model.config)
         # What only this device kind needs (kernels, layouts, padding, tuning): backends/.
-        self.backend: Backend = backend_for(model, graphs, compiled_blocks)
+        self.backend: Backend = backend_for(model, graphs, compiled_blocks, compiled_passes)
         # pass_tokens[r - 1]: the tokens a lone pass of r real tokens runs with (padding the
         # rest); past its end, r itself.
         self.pass_tokens: list[int] = [1]

@@ -34,7 +34,7 @@ def test_weight_bytes_counts_a_tied_weight_once() -> None:
 
 
 def test_report_shows_floor_curve_and_breakdown() -> None:
-    args = argparse.Namespace(model="default", device="cpu", dtype="float32", context=256, repeats=5, no_graphs=False, no_compile=False)
+    args = argparse.Namespace(model="default", device="cpu", dtype="float32", context=256, repeats=5, no_graphs=False, no_compile=False, cpu_compiled=False)
     results = {
         "machine": {"cpu_model": "test cpu", "usable_cpus": 2, "torch": "2.13.0", "git_commit": "abc"},
         "floor": {"weight_mb": 538.0, "read_gbs": 48.0, "ms": 11.2},
@@ -53,6 +53,8 @@ def test_report_shows_floor_curve_and_breakdown() -> None:
     assert "gRPC round trip per round" in text
     assert "(ModelInfo.price): a plain pass 3.30 ms; a drafted node 0.012 and a drafted round 0.250 more" in text
     assert text.startswith("# Engine profile: default on cpu, float32\n")
+    args.cpu_compiled = True
+    assert report(args, results).startswith("# Engine profile: default on cpu, float32, compiled lone passes\n")
     args.device, args.no_graphs = "cuda", True
     assert report(args, results).startswith("# Engine profile: default on cuda, float32, CUDA graphs off\n")
     args.no_graphs, args.no_compile = False, True

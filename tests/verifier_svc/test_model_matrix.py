@@ -9,6 +9,7 @@ applied where it does not belong, moves logits by whole units."""
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -53,6 +54,26 @@ def plain_logits(reference: PreTrainedModel, tokens: list[int]) -> torch.Tensor:
     return reference(torch.tensor([tokens])).logits[0, -1].float()
 
 
+def score_rounds(
+    target: TargetModel, reference: PreTrainedModel, rng: random.Random, cache: KVCache, committed: list[int],
+    pending: list[int], node_counts: Sequence[int],
+) -> None:
+    """Rounds of random trees of node_counts nodes on `cache` (holding `committed`, `pending` not
+    yet cached): each node's logits must be its path's scored as a plain sequence; the deepest
+    path is kept, as acceptance would, and the next round goes on from it."""
+    for nodes in node_counts:
+        tree = random_tree(rng, nodes)
+        logits = target.score(cache, pending, tree)
+        context = committed + pending
+        expected = [plain_logits(reference, context)] + [plain_logits(reference, context + path_tokens(tree, i)) for i in range(nodes)]
+        worst = (logits - torch.stack(expected)).abs().max().item()
+        assert worst < LOGIT_ATOL, f"{target.name}: tree logits differ from plain sequences by {worst:.3g}"
+        assert len(cache) == len(context) + nodes
+        kept = tree.ancestors[int(tree.depths.argmax())].nonzero().flatten().tolist() if nodes else []
+        cache.keep(len(context), kept)
+        committed, pending = context + [int(tree.tokens[i]) for i in kept], [rng.randrange(3, VOCAB)]
+
+
 def prefilled(target: TargetModel, tokens: list[int]) -> KVCache:
     cache = target.new_cache()
     target.score(cache, tokens, chain([]))
@@ -65,17 +86,7 @@ def test_tree_pass_scores_each_path_as_a_plain_sequence(models) -> None:  # type
     rng = random.Random(1)
     prompt = [rng.randrange(3, VOCAB) for _ in range(WINDOW + 9)]
     cache = prefilled(target, prompt[:-3])
-    committed, pending = prompt[:-3], prompt[-3:]
-    for nodes in (9, 6):
-        tree = random_tree(rng, nodes)
-        logits = target.score(cache, pending, tree)
-        context = committed + pending
-        expected = [plain_logits(reference, context)] + [plain_logits(reference, context + path_tokens(tree, i)) for i in range(nodes)]
-        worst = (logits - torch.stack(expected)).abs().max().item()
-        assert worst < LOGIT_ATOL, f"{target.name}: tree logits differ from plain sequences by {worst:.3g}"
-        deepest = int(tree.depths.argmax())  # keep a path, as acceptance would, and go on from it
-        cache.keep(len(context), tree.ancestors[deepest].nonzero().flatten().tolist())
-        committed, pending = context + path_tokens(tree, deepest), [rng.randrange(3, VOCAB)]
+    score_rounds(target, reference, rng, cache, prompt[:-3], prompt[-3:], (9, 6))
 
 
 def test_batched_pass_gives_the_logits_of_lone_passes(models) -> None:  # type: ignore[no-untyped-def]

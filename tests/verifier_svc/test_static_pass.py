@@ -18,7 +18,7 @@ from transformers import AutoModelForCausalLM, PreTrainedModel
 
 from specdec.sampling_params import SamplingParams
 from tests.model_matrix import ARCHITECTURES, VOCAB, WINDOW
-from tests.verifier_svc.test_model_matrix import LOGIT_ATOL, path_tokens, plain_logits, random_tree
+from tests.verifier_svc.test_model_matrix import LOGIT_ATOL, random_tree, score_rounds
 from verifier_svc.backends.cpu import CpuBackend
 from verifier_svc.batched_pass import PassInput, score_batch
 from verifier_svc.kv_cache import KVCache
@@ -73,21 +73,8 @@ def test_static_tree_passes_score_each_path_as_a_plain_sequence(models) -> None:
     cache = target.new_cache()
     target.score(cache, prompt[:-1], chain([]))  # a prefill: larger than every static size, eager
     assert cache.in_storage()
-    committed, pending = prompt[:-1], prompt[-1:]
     runs = backend.static_runs
-    for nodes in (9, 0, 5, 2, 12):
-        tree = random_tree(rng, nodes)
-        logits = target.score(cache, pending, tree)
-        context = committed + pending
-        expected = [plain_logits(reference, context)] + [plain_logits(reference, context + path_tokens(tree, i)) for i in range(nodes)]
-        worst = (logits - torch.stack(expected)).abs().max().item()
-        assert worst < LOGIT_ATOL, f"{target.name}: static tree logits differ from plain sequences by {worst:.3g}"
-        assert len(cache) == len(context) + nodes
-        deepest = int(tree.depths.argmax()) if nodes else -1
-        kept = tree.ancestors[deepest].nonzero().flatten().tolist() if nodes else []
-        cache.keep(len(context), kept)
-        committed = context + [int(tree.tokens[i]) for i in kept]
-        pending = [rng.randrange(3, VOCAB)]
+    score_rounds(target, reference, rng, cache, prompt[:-1], prompt[-1:], (9, 0, 5, 2, 12))
     assert backend.static_runs == runs + 5, "every round ran as a static pass"
     assert cache.in_storage()
 

@@ -14,11 +14,10 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from verifier_svc.backends.compiled_blocks import CompiledBlocks
 from verifier_svc.backends.cuda_graphs import GraphRunner
 from verifier_svc.backends.generic import GenericBackend
-from verifier_svc.backends.pass_timing import lone_pass_seconds
+from verifier_svc.backends.pass_timing import lone_sizes_seconds
 from verifier_svc.kv_cache import KVCache
 from verifier_svc.layer_masks import layer_windows
 from verifier_svc.static_pass import PassRunner, SlotPasses, StaticPass
-from verifier_svc.token_tree import chain
 
 if TYPE_CHECKING:
     from verifier_svc.target_model import TargetModel
@@ -97,10 +96,6 @@ class CudaBackend(GenericBackend):
         target.pass_seconds: what the drafters price their drafts by. Nothing is padded."""
         if self.passes is None:
             return []
-        cache = target.new_cache()
-        target.score(cache, [1] * context_tokens, chain([]))
-        seconds = [
-            min(lone_pass_seconds(target, cache, context_tokens, size) for _ in range(repeats)) for size in range(1, max_tokens + 1)
-        ]
+        seconds = lone_sizes_seconds(target, context_tokens, max_tokens, repeats)
         target.pass_seconds, target.pass_context_tokens = seconds, context_tokens
         return seconds

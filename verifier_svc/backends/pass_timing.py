@@ -23,6 +23,16 @@ def lone_pass_seconds(target: TargetModel, cache: KVCache, context_tokens: int, 
     return seconds
 
 
+def lone_sizes_seconds(target: TargetModel, context_tokens: int, max_tokens: int, repeats: int) -> list[float]:
+    """Seconds of lone passes of 1..max_tokens tokens after `context_tokens` cached ones (a new
+    cache of the target's), the minimum of `repeats` each."""
+    cache = target.new_cache()
+    target.score(cache, [1] * context_tokens, chain([]))
+    return [
+        min(lone_pass_seconds(target, cache, context_tokens, size) for _ in range(repeats)) for size in range(1, max_tokens + 1)
+    ]
+
+
 PRICE_CONTEXT_TOKENS = 128  # cached tokens before the passes time_lone_passes times
 
 
@@ -30,8 +40,4 @@ def time_lone_passes(target: TargetModel, max_tokens: int = 9, repeats: int = 2)
     """Seconds of lone passes of 1..max_tokens tokens after PRICE_CONTEXT_TOKENS cached ones, the
     minimum of `repeats` each: where a backend does not tune, what the round price starts from
     (verifier_svc/pass_price.py)."""
-    cache = target.new_cache()
-    target.score(cache, [1] * PRICE_CONTEXT_TOKENS, chain([]))
-    return [
-        min(lone_pass_seconds(target, cache, PRICE_CONTEXT_TOKENS, size) for _ in range(repeats)) for size in range(1, max_tokens + 1)
-    ]
+    return lone_sizes_seconds(target, PRICE_CONTEXT_TOKENS, max_tokens, repeats)
