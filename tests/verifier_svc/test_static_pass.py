@@ -40,11 +40,8 @@ class SlotBackend(CpuBackend):
         self.passes = SlotPasses(model, layer_windows(model.config), slots, capacity, SIZES, EagerRunner, min_keys=32)
         self.static_runs = 0  # lone passes run as static ones
 
-    def new_cache(self) -> KVCache:
-        return self.passes.new_cache()
-
     def lone_pass(self, cache: KVCache, start: int, real: int) -> PassRunner | None:
-        runner = self.passes.runner(cache, start, real)
+        runner = super().lone_pass(cache, start, real)
         self.static_runs += runner is not None
         return runner
 
