@@ -26,10 +26,14 @@ from verifier_svc.token_tree import chain
 MAX_COMPILES = 6
 
 
-@pytest.fixture(scope="module")
-def compiled(matrix_model_folder):  # type: ignore[no-untyped-def]
-    """The tiny Llama (256 positions) with compiled passes over keys of 64, 128 and 256 entries."""
-    folder = matrix_model_folder("llama")
+# Llama's layout; Gemma 2's mixed sliding and full layers, attention soft cap and eager attention.
+ARCHITECTURES = ("llama", "gemma2")
+
+
+@pytest.fixture(scope="module", params=ARCHITECTURES)
+def compiled(request, matrix_model_folder):  # type: ignore[no-untyped-def]
+    """A tiny model (256 positions) with compiled passes over keys of 64, 128 and 256 entries."""
+    folder = matrix_model_folder(request.param)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(cpu, "COMPILED_MIN_KEYS", 64)
         target = TargetModel(load_model(folder, "cpu", torch.float32), "llama", compiled_passes=True)
