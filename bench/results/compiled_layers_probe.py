@@ -4,7 +4,8 @@ compilation, one compiled function for every layer, each layer handed its own sl
 cache so no layer index is baked in); the whole static pass compiled as one function (`whole`:
 what `--cpu-compiled-passes` serves, backends/cpu_compiled.py); `layers-skip-guards`: the layers run under
 torch.compiler.set_stance(skip_guard_eval_unsafe=True) (dynamo then checks only the guards that
-tell its compiled entries apart). For each compiled system: compiles and seconds to
+tell its compiled entries apart); `groups`: GROUP (env, default 5) consecutive layers a compiled
+call. For each compiled system: compiles and seconds to
 prepare every shape of 2 slots (inductor's on-disk cache may hold earlier compiles: clear
 /tmp/torchinductor_$USER for cold ones). Run from a checkout:
 
@@ -57,6 +58,38 @@ class CompiledLayers:
                 layer._compiled_call_impl = None
 
 
+def group_step(layers, cache_argument, caches, hidden, *args, **kwargs):
+    for layer, cache in zip(layers, caches):
+        kwargs[cache_argument] = cache
+        hidden = layer.forward(hidden, *args, **kwargs)
+    return hidden
+
+
+compiled_group = torch.compile(group_step)
+GROUP = int(os.environ.get("GROUP", "5"))
+
+
+class CompiledGroups(CompiledLayers):
+    """`groups`: GROUP consecutive layers a compiled call (same masks for all: models whose
+    layers share one attention kind only); the call of a group's first layer runs the group,
+    the others pass their input on."""
+
+    def __init__(self, model):
+        super().__init__(model)
+        self.calls = [self._group_call(i, self.layers) for i in range(len(self.layers))]
+
+    @staticmethod
+    def _group_call(index, layers):
+        def call(hidden, *args, **kwargs):
+            name = next(key for key, value in kwargs.items() if isinstance(value, _SlotCache))
+            cache = kwargs.pop(name)
+            if index % GROUP:
+                return hidden
+            group = slice(index, index + GROUP)
+            return compiled_group(layers[group], name, cache.layers[group], hidden, *args, **kwargs)
+        return call
+
+
 class CompiledPassRunner:
     def __init__(self, static, layers):
         self.static, self.layers = static, layers
@@ -76,6 +109,7 @@ ce = eager.new_cache(); eager.score(ce, prompt, chain([]))
 SIZES = (1, 2, 4, 8)
 systems = {"eager": (eager, ce)}
 layers = CompiledLayers(model)
+groups = CompiledGroups(model)
 
 
 def whole_forward(static: StaticPass) -> torch.Tensor:
@@ -105,6 +139,8 @@ for variant in variants:
         with eager.backend.kernels(), torch.inference_mode():
             if variant == "layers-skip-guards":
                 return SkipGuardsRunner(static, layers)
+            if variant == "groups":
+                return CompiledPassRunner(static, groups)
             return CompiledPassRunner(static, layers) if variant == "layers" else WholeRunner(static)
     c0, t0 = compiles(), time.perf_counter()
     passes = SlotPasses(model, layer_windows(model.config), 2, 4096, SIZES, make, min_keys=512)

@@ -36,7 +36,7 @@ def compiled(request, matrix_model_folder):  # type: ignore[no-untyped-def]
     folder = matrix_model_folder(request.param)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(cpu, "COMPILED_MIN_KEYS", 64)
-        target = TargetModel(load_model(folder, "cpu", torch.float32), "llama", compiled_passes=True)
+        target = TargetModel(load_model(folder, "cpu", torch.float32), request.param, compiled_passes=True)
     before = compiles()
     target.backend.prepare(target)
     reference = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32, attn_implementation="eager").eval()
