@@ -17,10 +17,9 @@ from verifier_svc.backends.cpu_compiled import CompiledPassRunner, compiles
 from verifier_svc.backends.cpu_tuning import tune_pass_sizes
 from verifier_svc.backends.generic import GenericBackend
 from verifier_svc.backends.pass_timing import lone_sizes_seconds
-from verifier_svc.kv_cache import KVCache
 from verifier_svc.layer_masks import layer_windows
 from verifier_svc.linear_layout import linear_switch
-from verifier_svc.static_pass import PassRunner, SlotPasses, StaticPass
+from verifier_svc.static_pass import SlotPasses, StaticPass
 
 if TYPE_CHECKING:
     from verifier_svc.target_model import TargetModel
@@ -56,7 +55,6 @@ class CpuBackend(GenericBackend):
         super().__init__(model)
         self.linear_switch = linear_switch(model)
         self.weight_first = True
-        self.passes: SlotPasses | None = None
         if compiled_passes and model.config._attn_implementation in STATIC_ATTENTION:
             capacity = min(model.config.max_position_embeddings, COMPILED_CONTEXT)
             self.passes = SlotPasses(
@@ -79,12 +77,6 @@ class CpuBackend(GenericBackend):
 
     def kernels(self) -> contextlib.AbstractContextManager:
         return self.linear_switch.set(self.weight_first)
-
-    def new_cache(self) -> KVCache:
-        return self.passes.new_cache() if self.passes else super().new_cache()
-
-    def lone_pass(self, cache: KVCache, start: int, real: int) -> PassRunner | None:
-        return self.passes.runner(cache, start, real) if self.passes else None
 
     def pass_counts(self) -> tuple[int, int]:
         return (CompiledPassRunner.made, CompiledPassRunner.runs) if self.passes else (0, 0)

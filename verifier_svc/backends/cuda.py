@@ -15,9 +15,8 @@ from verifier_svc.backends.compiled_blocks import CompiledBlocks
 from verifier_svc.backends.cuda_graphs import GraphRunner
 from verifier_svc.backends.generic import GenericBackend
 from verifier_svc.backends.pass_timing import lone_sizes_seconds
-from verifier_svc.kv_cache import KVCache
 from verifier_svc.layer_masks import layer_windows
-from verifier_svc.static_pass import PassRunner, SlotPasses, StaticPass
+from verifier_svc.static_pass import SlotPasses, StaticPass
 
 if TYPE_CHECKING:
     from verifier_svc.target_model import TargetModel
@@ -55,7 +54,6 @@ class CudaBackend(GenericBackend):
 
     def __init__(self, model: torch.nn.Module, graphs: bool = True, compiled_blocks: bool = True) -> None:
         super().__init__(model)
-        self.passes: SlotPasses | None = None
         self.blocks: CompiledBlocks | None = None
         if graphs and recordable(model):
             self.blocks = CompiledBlocks(model) if compiled_blocks else None
@@ -73,12 +71,6 @@ class CudaBackend(GenericBackend):
     def kernels(self) -> contextlib.AbstractContextManager:
         # sdpa_kernel sets process-wide flags until the pass ends: passes run on one thread.
         return sdpa_kernel(CUDA_ATTENTION_BACKENDS)
-
-    def new_cache(self) -> KVCache:
-        return self.passes.new_cache() if self.passes else super().new_cache()
-
-    def lone_pass(self, cache: KVCache, start: int, real: int) -> PassRunner | None:
-        return self.passes.runner(cache, start, real) if self.passes else None
 
     def pass_counts(self) -> tuple[int, int]:
         return GraphRunner.recorded, GraphRunner.replays

@@ -12,18 +12,21 @@ from verifier_svc.attention import sdpa_or_eager
 from verifier_svc.kv_cache import KVCache
 
 if TYPE_CHECKING:
-    from verifier_svc.static_pass import PassRunner
+    from verifier_svc.static_pass import PassRunner, SlotPasses
     from verifier_svc.target_model import TargetModel
 
 
 class GenericBackend:
-    """The model's forward as transformers runs it."""
+    """The model's forward as transformers runs it. A backend that runs lone passes of fixed
+    shapes sets `passes` (static_pass.SlotPasses): sessions then get their caches in its slots,
+    and a lone pass that fits runs through its runner."""
 
     kind = "generic"
     min_pass_tokens = 1
 
     def __init__(self, model: torch.nn.Module) -> None:
         self.model = model
+        self.passes: SlotPasses | None = None
 
     @staticmethod
     def attention_implementation(config: PretrainedConfig) -> str:
@@ -33,10 +36,10 @@ class GenericBackend:
         return contextlib.nullcontext()
 
     def new_cache(self) -> KVCache:
-        return KVCache(self.model.config)
+        return self.passes.new_cache() if self.passes else KVCache(self.model.config)
 
     def lone_pass(self, cache: KVCache, start: int, real: int) -> PassRunner | None:
-        return None
+        return self.passes.runner(cache, start, real) if self.passes else None
 
     def pass_counts(self) -> tuple[int, int]:
         return 0, 0
