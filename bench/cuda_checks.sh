@@ -6,16 +6,19 @@
 #     OUT=bench/results/cuda bench/cuda_checks.sh engine    # about 5 minutes
 #     OUT=bench/results/cuda bench/cuda_checks.sh tests     # about 4-5 minutes
 #     OUT=bench/results/cuda bench/cuda_checks.sh check     # about 6 minutes
+#     OUT=bench/results/cuda bench/cuda_checks.sh compare   # about 4 minutes
 #
 # engine: nvidia-smi.txt, then engine profiles (bench/engine.py) of the default model in
-# bfloat16: graphs recorded with compiled blocks, in-process and through the services; graphs of
-# the model as written, in-process; then a random-weight 1.07 B Llama (bench/random_model.py),
-# in-process, compiled blocks on and off. tests: tests/verifier_svc/test_cuda.py (float32, then
-# bfloat16). check: nvidia-smi.txt, the default model's profile with graphs and compiled blocks
-# (in-process and through the services), then tests. Every step has its own time limit and the
-# run goes on past a failed one.
+# bfloat16: graphs recorded with compiled layers (the default), in-process and through the
+# services; graphs of the model as written, in-process; then a random-weight 1.07 B Llama
+# (bench/random_model.py), in-process, compiled layers and the model as written. tests:
+# tests/verifier_svc/test_cuda.py (float32, then bfloat16). check: nvidia-smi.txt, the default
+# model's one-session profile with compiled layers (in-process and through the services), then tests.
+# compare: nvidia-smi.txt, one-session profiles of the default model with compiled layers (in-process
+# and through the services), then with compiled blocks (norms and MLPs, in-process). Every step
+# has its own time limit and the run goes on past a failed one.
 set -u
-phase=${1:?engine, tests or check}
+phase=${1:?engine, tests, check or compare}
 out=${OUT:-bench/results/cuda}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
@@ -35,20 +38,29 @@ machine() {  # nvidia-smi and the versions, to $out/nvidia-smi.txt
     python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__, torch.cuda.get_device_name())" >> "$out/nvidia-smi.txt" 2>&1
 }
 profile() { step 150 engine-bfloat16-compiled.md env TORCH_LOGS=recompiles "${engine[@]}"; }
+lone() {  # lone NAME SECONDS COMPILED [MORE...]: a one-session profile with --cuda-compiled COMPILED
+    local name=$1 seconds=$2 compiled=$3; shift 3
+    step "$seconds" "$name" env TORCH_LOGS=recompiles "${engine[@]}" --batches 1 --cuda-compiled "$compiled" "$@"
+}
 cuda_tests() { step 330 test_cuda.log python3 -m pytest tests/verifier_svc/test_cuda.py -s -q -p no:cacheprovider; }
 
 case "$phase" in
 engine)
     machine
     profile
-    step 80 engine-bfloat16-graphs.md "${engine[@]}" --no-services --no-compile
-    step 100 engine-llama-1b.md bash -c "python3 -m bench.random_model llama-1b /tmp/llama-1b && ${large[*]} && ${large[*]} --no-compile"
+    step 80 engine-bfloat16-graphs.md "${engine[@]}" --no-services --cuda-compiled none
+    step 100 engine-llama-1b.md bash -c "python3 -m bench.random_model llama-1b /tmp/llama-1b && ${large[*]} && ${large[*]} --cuda-compiled none"
     ;;
 tests) cuda_tests ;;
+compare)
+    machine
+    lone engine-bfloat16-layers.md 200 layers
+    lone engine-bfloat16-blocks.md 100 blocks --no-services
+    ;;
 check)
     machine
-    profile
+    lone engine-bfloat16-layers.md 150 layers
     cuda_tests
     ;;
-*) echo "phase: engine, tests or check" >&2; exit 2 ;;
+*) echo "phase: engine, tests, check or compare" >&2; exit 2 ;;
 esac

@@ -38,6 +38,7 @@ import torch
 
 from bench.engine_parts import pass_breakdown
 from bench.machine import describe
+from verifier_svc.backends.cuda import COMPILED
 from verifier_svc.batched_pass import PassInput, score_batch
 from verifier_svc.kv_cache import KVCache
 from verifier_svc.server import load_target
@@ -60,7 +61,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--no-services", action="store_true", help="skip plain decoding through the services")
     p.add_argument("--no-graphs", action="store_true", help="on CUDA, run every pass eagerly (the verifier's --cuda-graphs false)")
-    p.add_argument("--no-compile", action="store_true", help="on CUDA, record graphs of the model as written (the verifier's --cuda-compiled-blocks false)")
+    p.add_argument("--cuda-compiled", choices=list(COMPILED), default="layers", help="on CUDA, what is compiled inside the recorded graphs (the verifier's --cuda-compiled)")
     p.add_argument("--cpu-compiled", action="store_true", help="on CPU, lone passes as compiled static passes (the verifier's --cpu-compiled-passes true)")
     p.add_argument("--json", type=Path, default=None, help="also write the results here")
     return p.parse_args(argv)
@@ -140,7 +141,7 @@ def plain_decode_through_services(args: argparse.Namespace) -> dict[str, float]:
     # for a story makes the default model end at once).
     prompt = "Once upon a time, in a lighthouse on a rocky island far from the coast, there lived an old keeper who"
     verifier = ["--model", args.model, "--device", args.device, "--dtype", args.dtype, "--cuda-graphs", str(not args.no_graphs).lower(),
-                "--cuda-compiled-blocks", str(not args.no_compile).lower(), "--cpu-compiled-passes", str(args.cpu_compiled).lower()]
+                "--cuda-compiled", args.cuda_compiled, "--cpu-compiled-passes", str(args.cpu_compiled).lower()]
     with tempfile.TemporaryDirectory() as logs, LocalCluster(Path(logs), verifier_args=verifier, drafter_args=["--drafter", "copy"]) as c:
         with grpc.insecure_channel(c.verifier.address) as channel:
             price = verifier_pb2_grpc.VerifierStub(channel).GetModelInfo(verifier_pb2.GetModelInfoRequest(), timeout=10).price
@@ -187,7 +188,7 @@ def device_options(args: argparse.Namespace) -> str:
     """The report heading's note of the device's options: CUDA ones turned off, compiled CPU passes on."""
     if args.device == "cpu":
         return ", compiled lone passes" if args.cpu_compiled else ""
-    return ", CUDA graphs off" if args.no_graphs else ", blocks not compiled" if args.no_compile else ""
+    return ", CUDA graphs off" if args.no_graphs else f", graphs with {args.cuda_compiled} compiled"
 
 
 def report(args: argparse.Namespace, results: dict) -> str:
@@ -230,7 +231,7 @@ def main(argv: Sequence[str]) -> int:
     args = parse_args(argv)
     torch.manual_seed(0)
     # Loaded, warmed and tuned as the verifier service does it.
-    target, _ = load_target(VerifierSettings(model=args.model, device=args.device, dtype=args.dtype, cuda_graphs=not args.no_graphs, cuda_compiled_blocks=not args.no_compile,
+    target, _ = load_target(VerifierSettings(model=args.model, device=args.device, dtype=args.dtype, cuda_graphs=not args.no_graphs, cuda_compiled=args.cuda_compiled,
                                        cpu_compiled_passes=args.cpu_compiled))
     model = target.model
     results: dict = {"machine": describe(), "args": {k: str(v) for k, v in vars(args).items()}}

@@ -24,6 +24,7 @@ from specdec.metrics import VerifierMetrics, serve_metrics
 from specdec.sampling_params import SamplingParams
 from specdec.tokenizer import Tokenizer
 from specdec.v1 import verifier_pb2, verifier_pb2_grpc
+from verifier_svc.backends.cuda import compiled_error
 from verifier_svc.backends.pass_timing import PRICE_CONTEXT_TOKENS, time_lone_passes
 from verifier_svc.model_loader import ModelNotServable, one_line, open_model, placement_error, resolve_dtype, served_name
 from verifier_svc.servicer import Batching, VerifierServicer
@@ -47,7 +48,7 @@ def load_target(config: VerifierSettings) -> tuple[TargetModel, Tokenizer]:
         torch.set_num_threads(config.torch_threads)
     model, folder = open_model(config.model, config.device, resolve_dtype(config.dtype, config.device), config.device_map)
     target = TargetModel(
-        model, name=served_name(config.model), graphs=config.cuda_graphs, compiled_blocks=config.cuda_compiled_blocks,
+        model, name=served_name(config.model), graphs=config.cuda_graphs, cuda_compiled=config.cuda_compiled,
         compiled_passes=config.cpu_compiled_passes,
     )
     tokenizer = Tokenizer(folder)
@@ -138,6 +139,9 @@ def option_error(config: VerifierSettings) -> str | None:
         resolve_dtype(config.dtype, config.device)
     except ValueError as error:
         return f"--dtype: {error}"
+    compiled = compiled_error(config.cuda_compiled)
+    if compiled:
+        return f"--cuda-compiled: {compiled}"
     placement = placement_error(config.device, config.device_map, torch.cuda.device_count() if config.device_map else 0)
     return f"--device-map: {placement}" if placement else None
 

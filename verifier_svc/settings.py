@@ -45,9 +45,9 @@ class VerifierSettings:
         default=True,
         metadata={"group": "performance", "help": "on CUDA, record lone passes of up to 64 tokens as CUDA graphs at start (8 sessions at a time, up to 4096 cached tokens each) and replay them"},
     )
-    cuda_compiled_blocks: bool = field(
-        default=True,
-        metadata={"group": "performance", "help": "on CUDA with graphs, compile the model's norms and MLPs with torch.compile inside the recorded passes (fewer kernels a pass; backends/compiled_blocks.py)"},
+    cuda_compiled: str = field(
+        default="layers",
+        metadata={"group": "performance", "help": "on CUDA with graphs, what torch.compile compiles inside the recorded passes (fewer kernels a pass): layers (whole decoder layers; backends/compiled_layers.py), blocks (norms and MLPs; backends/compiled_blocks.py) or none"},
     )
     cpu_compiled_passes: bool = field(
         default=False,

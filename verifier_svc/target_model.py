@@ -24,10 +24,11 @@ class TargetModel:
     """
 
     def __init__(
-        self, model: PreTrainedModel, name: str, graphs: bool = True, compiled_blocks: bool = True, compiled_passes: bool = False,
+        self, model: PreTrainedModel, name: str, graphs: bool = True, cuda_compiled: str = "layers", compiled_passes: bool = False,
     ) -> None:
         """`graphs`: let the backend replay lone passes as recorded graphs where it can (CUDA);
-        `compiled_blocks`: record them with the model's norms and MLPs compiled;
+        `cuda_compiled`: record them with the model's decoder layers compiled ("layers"), its
+        norms and MLPs ("blocks") or nothing ("none");
         `compiled_passes`: on CPU, run lone passes as compiled static passes."""
         self.model = model
         self.name = name
@@ -37,7 +38,7 @@ class TargetModel:
         self.context_length: int = model.config.max_position_embeddings
         self.layers = layer_windows(model.config)
         # What only this device kind needs (kernels, layouts, padding, tuning): backends/.
-        self.backend: Backend = backend_for(model, graphs, compiled_blocks, compiled_passes)
+        self.backend: Backend = backend_for(model, graphs, cuda_compiled, compiled_passes)
         # pass_tokens[r - 1]: the tokens a lone pass of r real tokens runs with (padding the
         # rest); past its end, r itself.
         self.pass_tokens: list[int] = [1]

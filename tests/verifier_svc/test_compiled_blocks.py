@@ -1,5 +1,6 @@
 """The compiled stateless blocks (verifier_svc/backends/compiled_blocks.py) that a CUDA backend
-records its graphs with: which blocks they are, that they run compiled only under `active()`,
+records its graphs with under `--cuda-compiled blocks`: which blocks they are (none within the
+modules named outside them), that they run compiled only under `active()`,
 and that a static pass under them gives the logits of the model as written (float32, inductor on
 this CPU; tests/verifier_svc/test_cuda.py checks the same on a GPU)."""
 
@@ -33,6 +34,8 @@ def test_the_blocks_are_the_norms_and_mlps(model: torch.nn.Module) -> None:
     names = sorted(type(b).__name__ for b in stateless_blocks(model))
     # Two norms and an MLP a layer, and the final norm; the MLP's inner modules are not blocks of their own.
     assert names == ["LlamaMLP"] * LAYERS + ["LlamaRMSNorm"] * (2 * LAYERS + 1)
+    outside = stateless_blocks(model, outside=list(model.model.layers))
+    assert outside == [model.model.norm]  # what compiled layers compile besides the layers
 
 
 def test_a_static_pass_under_compiled_blocks_gives_the_models_logits(model: torch.nn.Module) -> None:

@@ -94,6 +94,7 @@ def test_device_map_needs_cuda_and_a_known_placement() -> None:
 def test_options_are_checked_before_starting() -> None:
     assert option_error(VerifierSettings()) is None
     assert option_error(VerifierSettings(dtype="half")) == "--dtype: 'half' is not one of auto, float32, bfloat16, float16"
+    assert option_error(VerifierSettings(cuda_compiled="all")) == "--cuda-compiled: 'all' is not one of layers, blocks, none"
     error = option_error(VerifierSettings(device_map="auto"))
     assert error is not None and error.startswith("--device-map: spreads the model over all visible GPUs and needs --device cuda")
     if not torch.cuda.is_available():

@@ -33,14 +33,14 @@ def attention_for(config: PretrainedConfig, device: torch.device | str) -> str:
     return backend_class(device).attention_implementation(config)
 
 
-def backend_for(model: torch.nn.Module, graphs: bool = True, compiled_blocks: bool = True, compiled_passes: bool = False) -> Backend:
+def backend_for(model: torch.nn.Module, graphs: bool = True, cuda_compiled: str = "layers", compiled_passes: bool = False) -> Backend:
     """The backend of a loaded model, on the device of its first parameter. On CUDA, `graphs`:
-    replay lone passes as recorded graphs (backends/cuda.py), recorded with the model's norms
-    and MLPs compiled where `compiled_blocks` (backends/compiled_blocks.py). On CPU,
+    replay lone passes as recorded graphs (backends/cuda.py), recorded with the parts of the
+    model `cuda_compiled` names compiled ("layers", "blocks" or "none": cuda.COMPILED). On CPU,
     `compiled_passes`: run lone passes as compiled static passes (backends/cpu_compiled.py)."""
     kind = backend_class(next(model.parameters()).device)
     if kind is CudaBackend:
-        return CudaBackend(model, graphs=graphs, compiled_blocks=compiled_blocks)
+        return CudaBackend(model, graphs=graphs, compiled=cuda_compiled)
     if kind is CpuBackend:
         return CpuBackend(model, compiled_passes=compiled_passes)
     return kind(model)

@@ -1,4 +1,5 @@
-"""The model's stateless repeated blocks compiled by inductor, for recorded passes: fewer kernels.
+"""The model's stateless repeated blocks compiled by inductor, for recorded passes: fewer kernels
+(`--cuda-compiled blocks`; compiled layers, the default, compile the blocks outside the layers).
 
 A recorded pass (cuda_graphs.py) is bound by its kernel count, not by the device: SmolLM2-135M
 runs ~40 kernels a layer in eager mode, of which an RMS norm alone is seven (cast, square, mean,
@@ -22,7 +23,7 @@ bounds graph replays against eager passes, and greedy output against generate())
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -31,10 +32,11 @@ import torch
 BLOCK_SUFFIXES = ("RMSNorm", "MLP")
 
 
-def stateless_blocks(model: torch.nn.Module) -> list[torch.nn.Module]:
-    """The modules of `model` whose class name ends in one of BLOCK_SUFFIXES, outermost only."""
+def stateless_blocks(model: torch.nn.Module, outside: Sequence[torch.nn.Module] = ()) -> list[torch.nn.Module]:
+    """The modules of `model` whose class name ends in one of BLOCK_SUFFIXES, outermost only,
+    and none within the modules `outside`."""
     blocks: list[torch.nn.Module] = []
-    inside: set[int] = set()
+    inside: set[int] = {id(m) for module in outside for m in module.modules()}
     for module in model.modules():
         if id(module) in inside:
             continue
@@ -45,10 +47,11 @@ def stateless_blocks(model: torch.nn.Module) -> list[torch.nn.Module]:
 
 
 class CompiledBlocks:
-    """The stateless blocks of one model with their compiled calls, switched on by `active()`."""
+    """The stateless blocks of one model (none within `outside`) with their compiled calls,
+    switched on by `active()`."""
 
-    def __init__(self, model: torch.nn.Module) -> None:
-        self.blocks = stateless_blocks(model)
+    def __init__(self, model: torch.nn.Module, outside: Sequence[torch.nn.Module] = ()) -> None:
+        self.blocks = stateless_blocks(model, outside)
         # What nn.Module.compile installs, kept aside until active(): the module's own call,
         # compiled (torch.compile compiles lazily, at the first call).
         self.compiled: list[Callable[..., Any]] = [torch.compile(b._call_impl, dynamic=True) for b in self.blocks]
@@ -63,3 +66,8 @@ class CompiledBlocks:
         finally:
             for block in self.blocks:
                 block._compiled_call_impl = None
+
+    @property
+    def count(self) -> int:
+        """Modules run compiled."""
+        return len(self.blocks)

@@ -1,5 +1,5 @@
 """The CUDA backend: SDPA without cuDNN's attention; lone passes replayed as CUDA graphs, recorded
-with the model's norms and MLPs compiled."""
+with the model's decoder layers compiled."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from verifier_svc.backends.compiled_blocks import CompiledBlocks
+from verifier_svc.backends.compiled_layers import CompiledLayers
 from verifier_svc.backends.cuda_graphs import GraphRunner
 from verifier_svc.backends.generic import GenericBackend
 from verifier_svc.backends.pass_timing import lone_sizes_seconds
@@ -37,6 +38,17 @@ CUDA_ATTENTION_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTE
 GRAPH_SLOTS = 8
 GRAPH_CONTEXT = 4096
 GRAPH_SIZES = (1, 4, 16, 64)
+# What runs compiled inside the recorded passes (--cuda-compiled): whole decoder layers
+# (compiled_layers.py), the norms and MLPs only (compiled_blocks.py), or nothing (the model as
+# written). docs/design/cuda-graphs.md has their timings.
+COMPILED: dict[str, type[CompiledLayers] | type[CompiledBlocks] | None] = {
+    "layers": CompiledLayers, "blocks": CompiledBlocks, "none": None,
+}
+
+
+def compiled_error(compiled: str) -> str | None:
+    """Why --cuda-compiled cannot be `compiled` (None: it can)."""
+    return None if compiled in COMPILED else f"{compiled!r} is not one of {', '.join(COMPILED)}"
 
 
 def recordable(model: torch.nn.Module) -> bool:
@@ -48,23 +60,30 @@ def recordable(model: torch.nn.Module) -> bool:
 class CudaBackend(GenericBackend):
     """transformers' SDPA limited to CUDA_ATTENTION_BACKENDS for the span of each pass; a lone
     pass of a session in a graph slot replays a recorded graph (static_pass.py), recorded with
-    the model's stateless blocks compiled where `compiled_blocks` (compiled_blocks.py)."""
+    the parts of the model `compiled` names (COMPILED) compiled."""
 
     kind = "cuda"
 
-    def __init__(self, model: torch.nn.Module, graphs: bool = True, compiled_blocks: bool = True) -> None:
+    def __init__(self, model: torch.nn.Module, graphs: bool = True, compiled: str = "layers") -> None:
         super().__init__(model)
-        self.blocks: CompiledBlocks | None = None
+        error = compiled_error(compiled)
+        if error:
+            raise ValueError(f"compiled: {error}")
+        self.blocks: CompiledLayers | CompiledBlocks | None = None
         if graphs and recordable(model):
-            self.blocks = CompiledBlocks(model) if compiled_blocks else None
+            kind = COMPILED[compiled]
+            self.blocks = kind(model) if kind else None
             capacity = min(model.config.max_position_embeddings, GRAPH_CONTEXT)
             self.passes = SlotPasses(model, layer_windows(model.config), GRAPH_SLOTS, capacity, GRAPH_SIZES, self._record)
         self.graph_seconds = 0.0  # spent recording graphs
+        self.graph_pool: tuple[int, int] | None = None  # the memory pool of this model's graphs
 
     def _record(self, static: StaticPass) -> GraphRunner:
         began = time.perf_counter()
         with self.kernels(), torch.inference_mode(), self.blocks.active() if self.blocks else contextlib.nullcontext():
-            runner = GraphRunner(static)
+            if self.graph_pool is None:
+                self.graph_pool = torch.cuda.graph_pool_handle()
+            runner = GraphRunner(static, self.graph_pool)
         self.graph_seconds += time.perf_counter() - began
         return runner
 
@@ -79,8 +98,8 @@ class CudaBackend(GenericBackend):
         """Record every slot's graph of every shape (slots x sizes x key lengths: 160)."""
         if self.passes is not None:
             self.passes.prepare()
-            blocks = len(self.blocks.blocks) if self.blocks else 0
-            log.info("%d CUDA graphs recorded in %.1f s (%d blocks compiled)", len(self.passes.runners), self.graph_seconds, blocks)
+            compiled = self.blocks.count if self.blocks else 0
+            log.info("%d CUDA graphs recorded in %.1f s (%d modules compiled)", len(self.passes.runners), self.graph_seconds, compiled)
 
     @torch.inference_mode()
     def tune(self, target: TargetModel, context_tokens: int, max_tokens: int, repeats: int) -> list[float]:

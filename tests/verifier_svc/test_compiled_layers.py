@@ -1,0 +1,71 @@
+"""Compiled decoder layers (verifier_svc/backends/compiled_layers.py), what a CUDA backend records
+its graphs with by default (`--cuda-compiled layers`): the layers are found in every
+architecture of the model matrix; on this CPU (inductor, float32), static tree passes run under
+them give each node the logits of its path scored as a plain sequence, over Llama's layout and
+Gemma 2's (mixed sliding and full layers, soft caps, eager attention), across key lengths and
+sizes in a few compiles; they run compiled only under `active()`. tests/verifier_svc/test_cuda.py
+checks the recorded passes on a GPU."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from tests.model_matrix import ARCHITECTURES, VOCAB, WINDOW, build_model
+from tests.verifier_svc.test_model_matrix import score_rounds
+from tests.verifier_svc.test_static_pass import slot_target
+from verifier_svc.backends.compiled_layers import CompiledLayers, decoder_layers
+from verifier_svc.backends.cpu_compiled import compiles
+from verifier_svc.model_loader import load_model
+from verifier_svc.static_pass import StaticPass
+from verifier_svc.token_tree import chain
+
+# Compiles of one model's layers over every size and key length: one row, then any; once more
+# per attention kind; and the final norm's two.
+MAX_COMPILES = 8
+
+
+@pytest.mark.parametrize("name", list(ARCHITECTURES))
+def test_the_decoder_layers_are_found_in_every_architecture(name: str) -> None:
+    model = build_model(name)
+    layers = decoder_layers(model)
+    assert len(layers) == model.config.num_hidden_layers
+    assert all("Layer" in type(layer).__name__ or "Block" in type(layer).__name__ for layer in layers), [type(m).__name__ for m in layers]
+
+
+class LayersRunner:
+    """A StaticPass run under compiled layers (what cuda_graphs.GraphRunner records)."""
+
+    def __init__(self, static: StaticPass, layers: CompiledLayers) -> None:
+        self.static, self.layers = static, layers
+        self.runs = 0
+
+    def run(self) -> torch.Tensor:
+        self.runs += 1
+        with self.layers.active():
+            return self.static.forward()
+
+
+@pytest.mark.parametrize("name", ["llama", "gemma2"])
+def test_static_tree_passes_under_compiled_layers_score_each_path_as_a_plain_sequence(name: str, matrix_model_folder) -> None:  # type: ignore[no-untyped-def]
+    folder = matrix_model_folder(name)
+    model = load_model(folder, "cpu", torch.float32)
+    target, backend = slot_target(model, name)
+    layers = CompiledLayers(model)
+    assert backend.passes is not None
+    backend.passes.make_runner = lambda static: LayersRunner(static, layers)
+    reference = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32, attn_implementation="eager").eval()
+    rng = random.Random(7)
+    prompt = [rng.randrange(3, VOCAB) for _ in range(WINDOW + 9)]
+    cache = target.new_cache()
+    target.score(cache, prompt[:-1], chain([]))  # a prefill: eager, the layers as written
+    before = compiles()
+    score_rounds(target, reference, rng, cache, prompt[:-1], prompt[-1:], (0, 9, 3, 12, 1, 5))
+    runs = sum(runner.runs for runner in backend.passes.runners.values())  # type: ignore[attr-defined]
+    assert runs == 6, "every round ran as a static pass under compiled layers"
+    assert 1 <= compiles() - before <= MAX_COMPILES
+    assert all(layer._compiled_call_impl is None for layer in layers.layers), "compiled only under active()"
+    assert layers.count == model.config.num_hidden_layers + 1  # the layers and the final norm
