@@ -7,6 +7,7 @@
 #     OUT=bench/results/cuda bench/cuda_checks.sh tests     # about 4-5 minutes
 #     OUT=bench/results/cuda bench/cuda_checks.sh check     # about 6 minutes
 #     OUT=bench/results/cuda bench/cuda_checks.sh compare   # about 4 minutes
+#     OUT=bench/results/cuda bench/cuda_checks.sh services  # about 2 minutes; needs py-spy on PATH
 #
 # engine: nvidia-smi.txt, then engine profiles (bench/engine.py) of the default model in
 # bfloat16: graphs recorded with compiled layers (the default), in-process and through the
@@ -15,10 +16,12 @@
 # tests/verifier_svc/test_cuda.py (float32, then bfloat16). check: nvidia-smi.txt, the default
 # model's one-session profile with compiled layers (in-process and through the services), then tests.
 # compare: nvidia-smi.txt, one-session profiles of the default model with compiled layers (in-process
-# and through the services), then with compiled blocks (norms and MLPs, in-process). Every step
-# has its own time limit and the run goes on past a failed one.
+# and through the services), then with compiled blocks (norms and MLPs, in-process). services:
+# nvidia-smi.txt, then where both services spend a round of plain decoding outside the pass
+# (bench/services_profile.py). Every step has its own time limit and the run goes on past a
+# failed one.
 set -u
-phase=${1:?engine, tests, check or compare}
+phase=${1:?engine, tests, check, compare or services}
 out=${OUT:-bench/results/cuda}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
@@ -57,10 +60,14 @@ compare)
     lone engine-bfloat16-layers.md 200 layers
     lone engine-bfloat16-blocks.md 100 blocks --no-services
     ;;
+services)
+    machine
+    step 150 services-profile.md python3 -m bench.services_profile --device cuda --dtype bfloat16 --seconds 15
+    ;;
 check)
     machine
     lone engine-bfloat16-layers.md 150 layers
     cuda_tests
     ;;
-*) echo "phase: engine, tests, check or compare" >&2; exit 2 ;;
+*) echo "phase: engine, tests, check, compare or services" >&2; exit 2 ;;
 esac

@@ -215,8 +215,6 @@ class Scheduler:
             except Exception as error:  # noqa: BLE001
                 results.append((w, None, error))
         seconds = time.perf_counter() - started
-        if max(len(p.pending) for _, p in ready) <= DECODE_MAX_PENDING:
-            self.pass_price.observe(rows, slots, seconds, len(ready))
         record = PassRecord(
             len(ready), sum(len(p.pending) + len(p.tree) for _, p in ready), [started - w.arrived for w, _ in ready],
             seconds, rows, slots,
@@ -230,6 +228,11 @@ class Scheduler:
             self.planner.answered([w.session for w, _, error in results if error is None], time.perf_counter())
         for w, verdict, error in results:
             _resolve(w, result=None if error else (verdict, record), error=error)
+        # After the verdicts go out: refitting the price (a least-squares solve) then overlaps
+        # the round trip to the drafters instead of delaying it; a verdict's price is the fit
+        # before its own pass (readers see the old fit or the new one: pass_price.py).
+        if max(len(p.pending) for _, p in ready) <= DECODE_MAX_PENDING:
+            self.pass_price.observe(rows, slots, seconds, len(ready))
 
     def price(self, context: int, shared: int) -> RoundPrice:
         """The price of a session's next round after `context` cached tokens, with `shared`

@@ -265,7 +265,7 @@ def test_each_verdict_comes_with_its_pass_shape_and_the_pass_teaches_the_price()
     try:
         results = asyncio.run(go())
     finally:
-        s.stop()
+        assert s.close(5.0)  # the pass is priced after its verdicts go out: wait for the worker
     records = {id(record) for _, record in results}
     assert len(records) == 1  # one pass, one record for all three
     record = results[0][1]
