@@ -62,7 +62,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--no-services", action="store_true", help="skip plain decoding through the services")
     p.add_argument("--no-graphs", action="store_true", help="on CUDA, run every pass eagerly (the verifier's --cuda-graphs false)")
     p.add_argument("--cuda-compiled", choices=list(COMPILED), default="layers", help="on CUDA, what is compiled inside the recorded graphs (the verifier's --cuda-compiled)")
-    p.add_argument("--cpu-compiled", action="store_true", help="on CPU, lone passes as compiled static passes (the verifier's --cpu-compiled-passes true)")
+    p.add_argument("--cpu-compiled", action="store_true", help="on CPU, lone passes as static passes with compiled layers (the verifier's --cpu-compiled-passes true)")
     p.add_argument("--json", type=Path, default=None, help="also write the results here")
     return p.parse_args(argv)
 

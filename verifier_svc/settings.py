@@ -51,7 +51,7 @@ class VerifierSettings:
     )
     cpu_compiled_passes: bool = field(
         default=False,
-        metadata={"group": "performance", "help": "on CPU, run lone passes of up to 8 tokens as static passes compiled by torch.compile (4 sessions at a time, up to 4096 cached tokens each; a few compiles at start, minutes on a 2-core host; backends/cpu_compiled.py)"},
+        metadata={"group": "performance", "help": "on CPU, run lone passes of up to 8 tokens as static passes with their decoder layers compiled by torch.compile, five a call (4 sessions at a time, up to 4096 cached tokens each; a few compiles at start, seconds to minutes on a 2-core host; backends/cpu_compiled.py)"},
     )
     cpus: str = field(default="", metadata={"group": "performance", "help": "CPU list to pin this process to, e.g. 0 or 0-1,3 (empty: all it may use)"})
     torch_threads: int = field(default=0, metadata={"group": "performance", "help": "torch intra-op threads (0: one per --cpus CPU if pinned, else torch's default)"})

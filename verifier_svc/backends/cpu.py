@@ -13,7 +13,8 @@ import torch
 from transformers import PretrainedConfig
 
 from verifier_svc.attention import GROUPED_SDPA, sdpa_or_eager
-from verifier_svc.backends.cpu_compiled import CompiledPassRunner, compiles
+from verifier_svc.backends.compiled_layers import CompiledLayers
+from verifier_svc.backends.cpu_compiled import CompiledPassRunner, compiled_layers, compiles
 from verifier_svc.backends.cpu_tuning import tune_pass_sizes
 from verifier_svc.backends.generic import GenericBackend
 from verifier_svc.backends.pass_timing import lone_sizes_seconds
@@ -47,7 +48,8 @@ STATIC_ATTENTION = (GROUPED_SDPA, "sdpa", "eager")
 class CpuBackend(GenericBackend):
     """The model's nn.Linear layers made switchable (linear_layout.py); weight first until
     tuning times F.linear faster. With `compiled_passes`, a lone pass of a session in a slot
-    runs as a compiled static pass (cpu_compiled.py), weight first, and tuning only times."""
+    runs as a static pass with its layers compiled (cpu_compiled.py), weight first, and tuning
+    only times."""
 
     kind = "cpu"
 
@@ -55,15 +57,18 @@ class CpuBackend(GenericBackend):
         super().__init__(model)
         self.linear_switch = linear_switch(model)
         self.weight_first = True
+        self.compiled: CompiledLayers | None = None
         if compiled_passes and model.config._attn_implementation in STATIC_ATTENTION:
+            self.compiled = compiled_layers(model)
             capacity = min(model.config.max_position_embeddings, COMPILED_CONTEXT)
             self.passes = SlotPasses(
                 model, layer_windows(model.config), COMPILED_SLOTS, capacity, COMPILED_SIZES, self._compile, COMPILED_MIN_KEYS
             )
 
     def _compile(self, static: StaticPass) -> CompiledPassRunner:
+        assert self.compiled is not None
         with self.kernels(), torch.inference_mode():
-            return CompiledPassRunner(static)
+            return CompiledPassRunner(static, self.compiled)
 
     @staticmethod
     def attention_implementation(config: PretrainedConfig) -> str:
