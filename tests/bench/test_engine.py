@@ -34,7 +34,7 @@ def test_weight_bytes_counts_a_tied_weight_once() -> None:
 
 
 def test_report_shows_floor_curve_and_breakdown() -> None:
-    args = argparse.Namespace(model="default", device="cpu", dtype="float32", context=256, repeats=5, no_graphs=False, no_compile=False, cpu_compiled=False)
+    args = argparse.Namespace(model="default", device="cpu", dtype="float32", context=256, repeats=5, no_graphs=False, cuda_compiled="layers", cpu_compiled=False)
     results = {
         "machine": {"cpu_model": "test cpu", "usable_cpus": 2, "torch": "2.13.0", "git_commit": "abc"},
         "floor": {"weight_mb": 538.0, "read_gbs": 48.0, "ms": 11.2},
@@ -57,5 +57,5 @@ def test_report_shows_floor_curve_and_breakdown() -> None:
     assert report(args, results).startswith("# Engine profile: default on cpu, float32, compiled lone passes\n")
     args.device, args.no_graphs = "cuda", True
     assert report(args, results).startswith("# Engine profile: default on cuda, float32, CUDA graphs off\n")
-    args.no_graphs, args.no_compile = False, True
-    assert report(args, results).startswith("# Engine profile: default on cuda, float32, blocks not compiled\n")
+    args.no_graphs, args.cuda_compiled = False, "blocks"
+    assert report(args, results).startswith("# Engine profile: default on cuda, float32, graphs with blocks compiled\n")
