@@ -69,10 +69,10 @@ class CudaBackend(GenericBackend):
         error = compiled_error(compiled)
         if error:
             raise ValueError(f"compiled: {error}")
-        self.blocks: CompiledLayers | CompiledBlocks | None = None
+        self.compiled: CompiledLayers | CompiledBlocks | None = None  # run compiled while recording
         if graphs and recordable(model):
             kind = COMPILED[compiled]
-            self.blocks = kind(model) if kind else None
+            self.compiled = kind(model) if kind else None
             capacity = min(model.config.max_position_embeddings, GRAPH_CONTEXT)
             self.passes = SlotPasses(model, layer_windows(model.config), GRAPH_SLOTS, capacity, GRAPH_SIZES, self._record)
         self.graph_seconds = 0.0  # spent recording graphs
@@ -80,7 +80,7 @@ class CudaBackend(GenericBackend):
 
     def _record(self, static: StaticPass) -> GraphRunner:
         began = time.perf_counter()
-        with self.kernels(), torch.inference_mode(), self.blocks.active() if self.blocks else contextlib.nullcontext():
+        with self.kernels(), torch.inference_mode(), self.compiled.active() if self.compiled else contextlib.nullcontext():
             if self.graph_pool is None:
                 self.graph_pool = torch.cuda.graph_pool_handle()
             runner = GraphRunner(static, self.graph_pool)
@@ -98,7 +98,7 @@ class CudaBackend(GenericBackend):
         """Record every slot's graph of every shape (slots x sizes x key lengths: 160)."""
         if self.passes is not None:
             self.passes.prepare()
-            compiled = self.blocks.count if self.blocks else 0
+            compiled = self.compiled.count if self.compiled else 0
             log.info("%d CUDA graphs recorded in %.1f s (%d modules compiled)", len(self.passes.runners), self.graph_seconds, compiled)
 
     @torch.inference_mode()
