@@ -148,11 +148,11 @@ def _walk(chosen: torch.Tensor, tree: TokenTree) -> RoundVerdict:
     return RoundVerdict(path, int(chosen[node + 1]), not tree.children_of(node), matches.float())
 
 
-def _ratios(target_probs: torch.Tensor, tree: TokenTree, draft_q_ids: torch.Tensor, draft_q_probs: torch.Tensor) -> torch.Tensor:
-    """[n] min(1, p(x) / q(x)) for every node's token x, p its parent's row; p(x) = 0 (e.g. x
-    outside top-k) gives 0."""
+def _ratios(target_probs: torch.Tensor, tree: TokenTree, q_x: torch.Tensor) -> torch.Tensor:
+    """[n] min(1, p(x) / q(x)) for every node's token x, p its parent's row, q_x [n] from
+    _q_of_tokens; p(x) = 0 (e.g. x outside top-k) gives 0."""
     p_x = target_probs[tree.parents + 1].gather(1, tree.tokens.unsqueeze(1)).squeeze(1)  # [n]
-    return (p_x / _q_of_tokens(tree, draft_q_ids, draft_q_probs)).clamp_max_(1.0)
+    return (p_x / q_x).clamp_max_(1.0)
 
 
 def _q_of_tokens(tree: TokenTree, draft_q_ids: torch.Tensor, draft_q_probs: torch.Tensor) -> torch.Tensor:
@@ -197,9 +197,9 @@ def verify_speculative(
     assert target_probs.shape[0] == n + 1, "need one target row per node plus one for the root"
     assert draft_q_ids.shape == draft_q_probs.shape and draft_q_ids.shape[0] == n, "q must be [n, S]"
 
-    acceptance = _ratios(target_probs, tree, draft_q_ids, draft_q_probs)  # [n] min(1, p(x) / q(x))
-    tokens, acceptance_list = tree.tokens.tolist(), acceptance.tolist()
-    q_x_list = _q_of_tokens(tree, draft_q_ids, draft_q_probs).tolist()
+    q_x = _q_of_tokens(tree, draft_q_ids, draft_q_probs)  # [n]
+    acceptance = _ratios(target_probs, tree, q_x)  # [n] min(1, p(x) / q(x))
+    tokens, acceptance_list, q_x_list = tree.tokens.tolist(), acceptance.tolist(), q_x.tolist()
     path: list[int] = []
     node = ROOT
     while True:

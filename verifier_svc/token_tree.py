@@ -55,19 +55,22 @@ def build_tree(tokens: Sequence[int], parents: Sequence[int]) -> TokenTree:
     validates: see session.py)."""
     n = len(tokens)
     assert len(parents) == n and all(ROOT <= p < i for i, p in enumerate(parents)), "parents must precede children"
-    lineage: list[list[int]] = []  # lineage[i]: node i's ancestors and itself, root first
+    # Python lists, each turned into a tensor once: a tree is small and built every round, and
+    # element-wise tensor writes cost more than the lists.
+    ancestor_rows: list[list[bool]] = []  # row i: node i's ancestors and itself
+    depths: list[int] = []
     children: list[list[int]] = [[] for _ in range(n + 1)]
     for i, parent in enumerate(parents):
         children[parent + 1].append(i)
-        lineage.append([*(lineage[parent] if parent != ROOT else []), i])
-    rows = [i for i, nodes in enumerate(lineage) for _ in nodes]
-    ancestors = torch.zeros(n, n, dtype=torch.bool)
-    ancestors[rows, [j for nodes in lineage for j in nodes]] = True
+        row = ancestor_rows[parent].copy() if parent != ROOT else [False] * n
+        row[i] = True
+        ancestor_rows.append(row)
+        depths.append(depths[parent] + 1 if parent != ROOT else 1)
     return TokenTree(
         tokens=torch.tensor(list(tokens), dtype=torch.long),
         parents=torch.tensor(list(parents), dtype=torch.long),
-        depths=torch.tensor([len(nodes) for nodes in lineage], dtype=torch.long),
-        ancestors=ancestors,
+        depths=torch.tensor(depths, dtype=torch.long),
+        ancestors=torch.tensor(ancestor_rows, dtype=torch.bool).reshape(n, n),
         children=tuple(tuple(c) for c in children),
     )
 

@@ -64,8 +64,9 @@ ALPHA = 1e-4
 def exact_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """Services with room for CONCURRENCY sessions and those still closing. The verifier scores
     every drafted node as sent (it cuts trees only at a hard limit, --max-pass-rows, off here),
-    and the requests use the fixed policy, so the tree case's two siblings are always tested."""
-    args = ("--max-sessions", str(CONCURRENCY + 8))
+    and the requests use the fixed policy, so the tree case's two siblings are always tested.
+    Untuned: its passes batch many sessions, and lone passes' padding is the shared cluster's."""
+    args = ("--max-sessions", str(CONCURRENCY + 8), "--tune-pass-sizes", "false")
     with services(tmp_path_factory.mktemp("exact-cluster-logs"), *args) as c:
         yield c
 

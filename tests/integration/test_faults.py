@@ -28,7 +28,8 @@ pytestmark = pytest.mark.slow
 
 POEM = [{"role": "user", "content": "Write a long poem about the mountains and the rivers."}]
 GREEDY = dict(messages=POEM, max_new_tokens=64, temperature=0.0, num_draft_tokens=4)
-VERIFIER_ARGS = ["--max-sessions", "8", "--grace-seconds", "30"]
+# Untuned: these tests are about faults, and timing pass sizes at start-up costs ~20 s a start.
+VERIFIER_ARGS = ["--max-sessions", "8", "--grace-seconds", "30", "--tune-pass-sizes", "false"]
 
 
 class Faults:
@@ -36,12 +37,9 @@ class Faults:
 
     def __init__(self, logs: Path) -> None:
         self.logs = logs
-        # One after the other: a verifier times its passes at start-up (verifier_svc/backends/cpu_tuning.py),
-        # and two doing that at once on two cores took 80 s instead of 8, and padded passes badly.
-        self.verifiers: list[Service] = []
-        for i in range(2):
-            self.verifiers.append(Service("verifier", VERIFIER_ARGS, logs / f"verifier-{i}.log"))
-            self.verifiers[-1].wait_serving(600)
+        self.verifiers = [Service("verifier", VERIFIER_ARGS, logs / f"verifier-{i}.log") for i in range(2)]
+        for verifier in self.verifiers:
+            verifier.wait_serving(600)
         self.metrics_port = free_port()
         self.drafter = self._start_drafter()
         self.drafter.wait_serving(600)

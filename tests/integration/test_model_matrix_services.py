@@ -21,6 +21,8 @@ import asyncio
 import random
 from collections import Counter
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 
 import grpc
 import numpy as np
@@ -53,12 +55,56 @@ def verifier(folder, logs, *args: str) -> Service:  # type: ignore[no-untyped-de
     return service
 
 
-@pytest.fixture(scope="module", params=list(ARCHITECTURES))
-def served(request, matrix_model_folder, tmp_path_factory) -> Iterator[tuple[str, Service, PreTrainedModel]]:  # type: ignore[no-untyped-def]
-    folder = matrix_model_folder(request.param)
-    reference = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32, attn_implementation="eager").eval()
-    service = verifier(folder, tmp_path_factory.mktemp(f"verifier-{request.param}"))
+AHEAD = 2  # verifiers starting at once beside the tests (the CI machine has 2 cores)
+
+
+class VerifierStarts:
+    """The module's verifiers, each started while earlier architectures' tests run, AHEAD at a
+    time: a start is mostly importing torch and transformers (~10 s of one core), an
+    architecture's tests take a few seconds. `order`: the architectures in the order the
+    collected tests use them."""
+
+    def __init__(self, order: list[str], folder: Callable[[str], Path], logs: Callable[[str], Path]) -> None:
+        self.order, self.folder, self.logs = order, folder, logs
+        self.starting: dict[str, Future[Service]] = {}
+        self.pool = ThreadPoolExecutor(max_workers=AHEAD)
+
+    def get(self, name: str) -> Service:
+        """`name`'s verifier, serving; the next AHEAD architectures' start meanwhile."""
+        future = self.starting.pop(name, None) or self._start(name)
+        later = self.order[self.order.index(name) + 1 :] if name in self.order else []
+        for upcoming in later[:AHEAD]:
+            if upcoming not in self.starting:
+                self.starting[upcoming] = self._start(upcoming)
+        return future.result()
+
+    def _start(self, name: str) -> Future[Service]:
+        folder, logs = self.folder(name), self.logs(name)  # here: saving a model seeds torch's global generator
+        return self.pool.submit(verifier, folder, logs, "--max-sessions", str(CONCURRENCY + 8))
+
+    def close(self) -> None:
+        for future in self.starting.values():  # started for tests that did not run
+            if future.exception() is None:
+                future.result().stop()
+        self.pool.shutdown()
+
+
+@pytest.fixture(scope="module")
+def verifier_starts(request, matrix_model_folder, tmp_path_factory) -> Iterator[VerifierStarts]:  # type: ignore[no-untyped-def]
+    used = [item.callspec.params.get("served") for item in request.session.items if item.module is request.module and hasattr(item, "callspec")]
+    starts = VerifierStarts(list(dict.fromkeys(name for name in used if name is not None)), matrix_model_folder, lambda name: tmp_path_factory.mktemp(f"verifier-{name}"))
     try:
+        yield starts
+    finally:
+        starts.close()
+
+
+@pytest.fixture(scope="module", params=list(ARCHITECTURES))
+def served(request, verifier_starts) -> Iterator[tuple[str, Service, PreTrainedModel]]:  # type: ignore[no-untyped-def]
+    service = verifier_starts.get(request.param)
+    try:
+        folder = verifier_starts.folder(request.param)
+        reference = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32, attn_implementation="eager").eval()
         yield request.param, service, reference
     finally:
         service.stop()
@@ -163,10 +209,11 @@ def next_token_probs(reference: PreTrainedModel, prompt: list[int]) -> np.ndarra
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", CHI_SQUARE_CASES)
-def test_first_token_follows_the_models_distribution(name: str, matrix_model_folder, tmp_path_factory, tokenizer) -> None:  # type: ignore[no-untyped-def]
-    folder = matrix_model_folder(name)
-    reference = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32, attn_implementation="eager").eval()
+@pytest.mark.parametrize("served", CHI_SQUARE_CASES, indirect=True)
+def test_first_token_follows_the_models_distribution(served, verifier_starts, tokenizer) -> None:  # type: ignore[no-untyped-def]
+    name, service, _ = served
+    # A reference of its own: this test changes its config.
+    reference = AutoModelForCausalLM.from_pretrained(str(verifier_starts.folder(name)), dtype=torch.float32, attn_implementation="eager").eval()
     prompt = tokenizer.encode(LONG_PROMPT)
     assert len(prompt) > WINDOW
     p = next_token_probs(reference, prompt)
@@ -195,11 +242,7 @@ def test_first_token_follows_the_models_distribution(name: str, matrix_model_fol
             await asyncio.gather(*(worker() for _ in range(CONCURRENCY)))
         return counter
 
-    service = verifier(folder, tmp_path_factory.mktemp(f"chi-square-{name}"), "--max-sessions", str(CONCURRENCY + 8))
-    try:
-        observed = asyncio.run(counts())
-    finally:
-        service.stop()
+    observed = asyncio.run(counts())
     assert sum(observed.values()) == SAMPLES
     assert chi_square_p_value(observed, p, SAMPLES) > ALPHA, observed.most_common(10)
     assert chi_square_p_value(observed, wrong, SAMPLES) < ALPHA  # power: the bug's distribution is rejected

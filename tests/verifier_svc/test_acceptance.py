@@ -20,6 +20,7 @@ from specdec.coupled_sampling import exponentials, race_winner
 from verifier_svc.acceptance import MIN_RESIDUAL_MASS, RoundVerdict, race_agreement, verify_coupled, verify_greedy, verify_speculative
 from verifier_svc.sampling import sample_token
 from verifier_svc.token_tree import ROOT, TokenTree, build_tree, chain
+from tests.two_processes import sampled_on_two_cores
 
 FAILURE_PROB = 1e-6  # per statistical assertion
 MOVED_MASS = 0.02  # the smallest error the distribution tests must catch: L1 distance 0.04
@@ -133,7 +134,8 @@ def test_first_emitted_token_is_distributed_as_p(name: str) -> None:
     cases = one_token_cases()
     p, q_ids, q_probs = cases[name]
     q = dense(q_ids, q_probs, VOCAB)
-    first, accepted = run_one_token_drafts(p, q_ids, q_probs, NUM_SAMPLES, seed=100 * list(cases).index(name))
+    first, accepted = sampled_on_two_cores(run_one_token_drafts, p, q_ids, q_probs, num_samples=NUM_SAMPLES,
+                                           seed=100 * list(cases).index(name))
 
     wrong = {"p with 0.02 of mass moved": with_moved_mass(p)}
     # Plausible broken rules, where they differ from p enough to be told apart:
@@ -167,33 +169,43 @@ def test_empty_draft_samples_p() -> None:
 # ---------------------------------------------------------------- two drafted tokens
 
 
-@pytest.mark.slow
-def test_first_two_emitted_tokens_are_jointly_distributed_as_p() -> None:
-    """A 2-step target p1(x1) p2(x2 | x1) (p3 for the bonus), drafts x1 ~ q1, x2 ~ q2(. | x1).
+@dataclass(frozen=True)
+class TwoStepWorld:
+    """A 2-step target p1(x1) p2(x2 | x1) (p3 for the bonus) and drafts x1 ~ q1, x2 ~ q2(. | x1)."""
 
-    The first two emitted tokens are the accepted drafts and the next token; when only one
-    token is emitted, decoding continues as the service would: plain sampling from p2(. | first).
-    """
-    v, n = JOINT_VOCAB, NUM_JOINT_SAMPLES
-    gen = torch.Generator().manual_seed(2024)
-    p1 = torch.randn(v, generator=gen).softmax(-1)  # [V]
-    p2_logits = torch.randn(v, v, generator=gen)
-    p2_logits[1, 3] = p2_logits[3, 0] = float("-inf")  # some continuations impossible under p
-    p2 = p2_logits.softmax(-1)  # [V(x1), V]
-    p3 = torch.randn(v, v, v, generator=gen).softmax(-1)  # [V(x1), V(x2), V]
-    q1 = torch.randn(v, generator=gen).softmax(-1)  # [V]
-    q2 = torch.randn(v, v, generator=gen).softmax(-1)  # [V(x1), V]
-    q2[2] = torch.nn.functional.one_hot(torch.tensor(3), v).float()  # a deterministic drafter after x1 = 2
+    p1: torch.Tensor  # [V]
+    p2: torch.Tensor  # [V(x1), V]
+    p3: torch.Tensor  # [V(x1), V(x2), V]
+    q1: torch.Tensor  # [V]
+    q2: torch.Tensor  # [V(x1), V]
 
-    x1 = torch.multinomial(q1, n, replacement=True, generator=gen)  # [n]
-    x2 = torch.multinomial(q2[x1], 1, generator=gen).squeeze(1)  # [n]
+    @staticmethod
+    def make(seed: int) -> TwoStepWorld:
+        v, gen = JOINT_VOCAB, torch.Generator().manual_seed(seed)
+        p1 = torch.randn(v, generator=gen).softmax(-1)
+        p2_logits = torch.randn(v, v, generator=gen)
+        p2_logits[1, 3] = p2_logits[3, 0] = float("-inf")  # some continuations impossible under p
+        p3 = torch.randn(v, v, v, generator=gen).softmax(-1)
+        q1 = torch.randn(v, generator=gen).softmax(-1)
+        q2 = torch.randn(v, v, generator=gen).softmax(-1)
+        q2[2] = torch.nn.functional.one_hot(torch.tensor(3), v).float()  # a deterministic drafter after x1 = 2
+        return TwoStepWorld(p1, p2_logits.softmax(-1), p3, q1, q2)
+
+
+def sample_first_two_tokens(world: TwoStepWorld, num_samples: int, seed: int) -> torch.Tensor:
+    """Draft two tokens, verify them with the real verify_speculative, and return [num_samples]
+    cells first * V + second of the first two emitted tokens; when only one token is emitted,
+    decoding continues as the service would: plain sampling from p2(. | first)."""
+    v, gen, w = JOINT_VOCAB, torch.Generator().manual_seed(seed), world
+    x1 = torch.multinomial(w.q1, num_samples, replacement=True, generator=gen)  # [n]
+    x2 = torch.multinomial(w.q2[x1], 1, generator=gen).squeeze(1)  # [n]
     drafts = torch.stack([x1, x2], dim=1)  # [n, 2]
-    target = torch.stack([p1.expand(v, v, v), p2.unsqueeze(1).expand(v, v, v), p3], dim=2)  # [V, V, 3, V]
+    target = torch.stack([w.p1.expand(v, v, v), w.p2.unsqueeze(1).expand(v, v, v), w.p3], dim=2)  # [V, V, 3, V]
     target_rows = [[target[a, b].contiguous() for b in range(v)] for a in range(v)]  # rows [p1, p2(.|a), p3(.|a,b)]
     q_ids = torch.arange(v).expand(2, v)  # [2, V]
-    q_probs = [torch.stack([q1, q2[a]]) for a in range(v)]  # [2, V] per x1
+    q_probs = [torch.stack([w.q1, w.q2[a]]) for a in range(v)]  # [2, V] per x1
 
-    generator = torch.Generator().manual_seed(7)
+    generator = torch.Generator().manual_seed(seed + 1)
     first, second = [], []
     for a, b in drafts.tolist():
         verdict = verify_speculative(target_rows[a][b], chain([a, b]), q_ids, q_probs[a], generator)
@@ -202,10 +214,18 @@ def test_first_two_emitted_tokens_are_jointly_distributed_as_p() -> None:
         second.append(emitted[1] if len(emitted) > 1 else -1)
     first_t, second_t = torch.tensor(first), torch.tensor(second)
     cont = second_t < 0
-    second_t[cont] = torch.multinomial(p2[first_t[cont]], 1, generator=gen).squeeze(1)
+    second_t[cont] = torch.multinomial(w.p2[first_t[cont]], 1, generator=gen).squeeze(1)
+    return first_t * v + second_t
 
-    joint = (p1[:, None] * p2).flatten()  # [V * V]
-    assert_distributed_as(first_t * v + second_t, joint, {"p with 0.02 of mass moved": with_moved_mass(joint)})
+
+@pytest.mark.slow
+def test_first_two_emitted_tokens_are_jointly_distributed_as_p() -> None:
+    """Two drafted tokens (TwoStepWorld): the first two emitted tokens are the accepted drafts and
+    the next token, jointly distributed as p1(x1) p2(x2 | x1) within l1_bound."""
+    world = TwoStepWorld.make(2024)
+    cells = sampled_on_two_cores(sample_first_two_tokens, world, num_samples=NUM_JOINT_SAMPLES, seed=7)
+    joint = (world.p1[:, None] * world.p2).flatten()  # [V * V]
+    assert_distributed_as(cells, joint, {"p with 0.02 of mass moved": with_moved_mass(joint)})
 
 
 # ---------------------------------------------------------------- exact properties
@@ -530,7 +550,7 @@ def test_tree_outputs_are_distributed_as_p(name: str) -> None:
     width, point_tokens, same_q = TREE_CASES[name]
     seed = 500 + 10 * list(TREE_CASES).index(name)
     world = TreeWorld.make(seed, width, same_q)
-    cells = sample_tree_outputs(world, width, point_tokens, NUM_TREE_SAMPLES, seed)
+    cells = sampled_on_two_cores(sample_tree_outputs, world, width, point_tokens, num_samples=NUM_TREE_SAMPLES, seed=seed)
     joint = world.joint()
     assert_distributed_as(cells, joint, {"p with 0.026 of mass moved": with_moved_mass(joint, TREE_MOVED_MASS)})
 
@@ -613,10 +633,16 @@ def test_the_race_emits_the_same_tokens_whatever_the_drafts() -> None:
         assert race_speculate(seed, 6, gen) == race_decode(seed, 6), f"seed {seed}"
 
 
+def race_decoded_pairs(num_samples: int, seed: int) -> torch.Tensor:
+    """[num_samples] cells first * V + second of two race-decoded tokens, for the session seeds
+    seed, seed + 1, ..."""
+    return torch.tensor([(lambda t: t[0] * JOINT_VOCAB + t[1])(race_decode(s, 2)) for s in range(seed, seed + num_samples)])
+
+
 def test_race_decoding_is_distributed_as_the_target() -> None:
     """Two tokens, the second's p depending on the first: the joint over NUM_JOINT_SAMPLES seeds
     within l1_bound of the target's; with the invariance above, speculative decoding's too."""
-    samples = torch.tensor([(lambda t: t[0] * JOINT_VOCAB + t[1])(race_decode(seed, 2)) for seed in range(NUM_JOINT_SAMPLES)])
+    samples = sampled_on_two_cores(race_decoded_pairs, num_samples=NUM_JOINT_SAMPLES, seed=0)
     joint = torch.stack([toy_target(()).double()[a] * toy_target((a,)).double() for a in range(JOINT_VOCAB)]).flatten()
     assert_distributed_as(samples, joint, {"moved mass": with_moved_mass(joint)})
 

@@ -20,6 +20,7 @@ import math
 import pytest
 import torch
 
+from tests.two_processes import sampled_on_two_cores
 from tests.verifier_svc.test_acceptance import empirical, l1_bound, random_round, verdict_key
 from verifier_svc.acceptance import EXACT, MIN_RESIDUAL_MASS, AcceptanceRule, RoundVerdict, verify_greedy, verify_speculative
 from verifier_svc.lossy_acceptance import LenientRule, MentoredRule, verify_greedy_lenient
@@ -187,7 +188,7 @@ def test_lenient_walk_never_exceeds_p_over_l() -> None:
     lenience, vocab = 0.3, p.numel()
     eps = l1_bound(vocab, NUM_SAMPLES)
     law = position_output(p, qs, LenientRule(lenience))
-    p_hat = empirical(walk_first_tokens(p, qs, LenientRule(lenience), NUM_SAMPLES, seed=5), vocab)
+    p_hat = empirical(sampled_on_two_cores(walk_first_tokens, p, qs, LenientRule(lenience), num_samples=NUM_SAMPLES, seed=5), vocab)
     assert float((p_hat - law).abs().sum()) < eps, "the walk does not emit the lenient law"
     excess = float((p_hat - p.double() / lenience).max())
     assert excess < eps / 2, f"a token emitted {excess} above p / l"
@@ -214,7 +215,7 @@ def test_mentored_walk_emits_its_closed_form_within_kl() -> None:
     eps = l1_bound(vocab, NUM_SAMPLES)
     law = position_output(p, qs, MentoredRule(budget))
     assert kl(law, p.double()) <= budget + 1e-9
-    samples = walk_first_tokens(p, qs, MemoizedRule(MentoredRule(budget)), NUM_SAMPLES, seed=9)
+    samples = sampled_on_two_cores(walk_first_tokens, p, qs, MemoizedRule(MentoredRule(budget)), num_samples=NUM_SAMPLES, seed=9)
     p_hat = empirical(samples, vocab)
     assert float((p_hat - law).abs().sum()) < eps, "the walk does not emit the mentored law"
     for wrong_name, wrong in {"p": p.double(), "the law for 4 D": position_output(p, qs, MentoredRule(4 * budget))}.items():
