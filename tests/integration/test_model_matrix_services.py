@@ -79,7 +79,9 @@ class VerifierStarts:
         return future.result()
 
     def _start(self, name: str) -> Future[Service]:
-        folder, logs = self.folder(name), self.logs(name)  # here: saving a model seeds torch's global generator
+        # The folder is saved on the test thread (building a model seeds torch's global generator);
+        # the sessions allowed make room for the chi-square test's.
+        folder, logs = self.folder(name), self.logs(name)
         return self.pool.submit(verifier, folder, logs, "--max-sessions", str(CONCURRENCY + 8))
 
     def close(self) -> None:
@@ -91,8 +93,10 @@ class VerifierStarts:
 
 @pytest.fixture(scope="module")
 def verifier_starts(request, matrix_model_folder, tmp_path_factory) -> Iterator[VerifierStarts]:  # type: ignore[no-untyped-def]
-    used = [item.callspec.params.get("served") for item in request.session.items if item.module is request.module and hasattr(item, "callspec")]
-    starts = VerifierStarts(list(dict.fromkeys(name for name in used if name is not None)), matrix_model_folder, lambda name: tmp_path_factory.mktemp(f"verifier-{name}"))
+    used = [item.callspec.params.get("served") for item in request.session.items
+            if item.module is request.module and hasattr(item, "callspec")]
+    order = list(dict.fromkeys(name for name in used if name is not None))  # the run order, after pytest's grouping
+    starts = VerifierStarts(order, matrix_model_folder, lambda name: tmp_path_factory.mktemp(f"verifier-{name}"))
     try:
         yield starts
     finally:
