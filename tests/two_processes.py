@@ -12,6 +12,7 @@ not see the patch.
 from __future__ import annotations
 
 import multiprocessing
+import pickle
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from functools import cache
@@ -28,12 +29,21 @@ def _other_process() -> ProcessPoolExecutor:
     return ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
 
 
+def _run_pickled(call: bytes) -> bytes:
+    sampler, args = pickle.loads(call)
+    return pickle.dumps(sampler(*args))
+
+
 def sampled_on_two_cores(sampler: Callable[..., Any], *args: Any, num_samples: int, seed: int) -> Any:
     """sampler(*args, num_samples, seed), its samples drawn in two halves (see the module):
     the halves' tensors concatenated along dim 0, a tuple of them where the sampler returns one."""
-    other = _other_process().submit(sampler, *args, num_samples - num_samples // 2, seed + OTHER_HALF_SEED)
+    # Pickled to bytes here, by plain pickle: handed to the executor as they are, the tensors would
+    # go through torch's multiprocessing reducers, which move a tensor's storage into shared memory
+    # in place, from the executor's feeder thread, while this thread's half reads the same tensors.
+    call = pickle.dumps((sampler, (*args, num_samples - num_samples // 2, seed + OTHER_HALF_SEED)))
+    other = _other_process().submit(_run_pickled, call)
     here = sampler(*args, num_samples // 2, seed)
-    there = other.result()
+    there = pickle.loads(other.result())
     if isinstance(here, tuple):
         return tuple(torch.cat([a, b]) for a, b in zip(here, there))
     return torch.cat([here, there])
