@@ -636,7 +636,8 @@ def test_the_race_emits_the_same_tokens_whatever_the_drafts() -> None:
 def race_decoded_pairs(num_samples: int, seed: int) -> torch.Tensor:
     """[num_samples] cells first * V + second of two race-decoded tokens, for the session seeds
     seed, seed + 1, ..."""
-    return torch.tensor([(lambda t: t[0] * JOINT_VOCAB + t[1])(race_decode(s, 2)) for s in range(seed, seed + num_samples)])
+    pairs = (race_decode(s, 2) for s in range(seed, seed + num_samples))
+    return torch.tensor([first * JOINT_VOCAB + second for first, second in pairs])
 
 
 def test_race_decoding_is_distributed_as_the_target() -> None:
