@@ -163,8 +163,6 @@ class TracedLayers:
                 layer._compiled_call_impl = None
 
 
-
-
 class _Group:
     """One call's group of layers: its first layer's index, the layers, their state (_state), where
     the cache argument goes and each layer's slot layer."""
