@@ -46,6 +46,19 @@ def stateless_blocks(model: torch.nn.Module, outside: Sequence[torch.nn.Module] 
     return blocks
 
 
+@contextlib.contextmanager
+def calls_installed(modules: Sequence[torch.nn.Module], calls: Sequence[Callable[..., Any]]) -> Iterator[None]:
+    """Within it, each module's call runs its call in `calls` instead of its forward
+    (nn.Module.__call__ reads _compiled_call_impl, which nn.Module.compile sets)."""
+    for module, call in zip(modules, calls):
+        module._compiled_call_impl = call
+    try:
+        yield
+    finally:
+        for module in modules:
+            module._compiled_call_impl = None
+
+
 class CompiledBlocks:
     """The stateless blocks of one model (none within `outside`) with their compiled calls,
     switched on by `active()`."""
@@ -56,16 +69,9 @@ class CompiledBlocks:
         # compiled (torch.compile compiles lazily, at the first call).
         self.compiled: list[Callable[..., Any]] = [torch.compile(b._call_impl, dynamic=True) for b in self.blocks]
 
-    @contextlib.contextmanager
-    def active(self) -> Iterator[None]:
-        """Within it, every block's call runs compiled (nn.Module.__call__ reads _compiled_call_impl)."""
-        for block, call in zip(self.blocks, self.compiled):
-            block._compiled_call_impl = call
-        try:
-            yield
-        finally:
-            for block in self.blocks:
-                block._compiled_call_impl = None
+    def active(self) -> contextlib.AbstractContextManager:
+        """Within it, every block's call runs compiled."""
+        return calls_installed(self.blocks, self.compiled)
 
     @property
     def count(self) -> int:

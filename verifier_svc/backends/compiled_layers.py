@@ -33,7 +33,7 @@ from typing import Any
 import torch
 from transformers import PretrainedConfig
 
-from verifier_svc.backends.compiled_blocks import CompiledBlocks
+from verifier_svc.backends.compiled_blocks import CompiledBlocks, calls_installed
 from verifier_svc.static_pass import _SlotCache, _SlotLayer
 
 
@@ -123,13 +123,6 @@ class CompiledLayers:
 
     @contextlib.contextmanager
     def active(self) -> Iterator[None]:
-        """Within it, every layer's call (nn.Module.__call__ reads _compiled_call_impl) and every
-        block outside the layers runs compiled."""
-        for layer, call in zip(self.layers, self.calls):
-            layer._compiled_call_impl = call
-        try:
-            with self.rest.active():
-                yield
-        finally:
-            for layer in self.layers:
-                layer._compiled_call_impl = None
+        """Within it, every layer's call and every block outside the layers runs compiled."""
+        with calls_installed(self.layers, self.calls), self.rest.active():
+            yield
