@@ -13,6 +13,15 @@ Every output is the same dot product summed in another order: logits differ from
 float rounding (3-6e-5 on logits up to ~30 in the passes checked), as they already differ
 between pass sizes.
 
+A pass of exactly one row (a plain decoding step) reads the weights faster still from a copy of
+W^T cut along its input dimension into one block per torch thread: a batched product of the
+blocks (torch.bmm runs one block a thread) summed. MKL's two-column product keeps two threads
+busy at about 60% of the bandwidth a plain read gets; the blocks reach about 85%, in float32 only
+(bfloat16 blocks run 10x slower). Over the 211 weights, one run: 54.3 -> 37.7 ms; a whole
+one-token pass 92.9 -> 73.8 ms median (docs/design/weight-first-linear-layers.md). The copy
+doubles the memory of the linear weights, so `one_row_copies` makes it only where memory
+allows, and the CPU backend keeps it only where its start-up timing finds it faster.
+
 `linear_switch(model)` makes the model's nn.Linear layers switchable; they run weight first only
 while a pass has switched them on (TargetModel, which also times both layouts when it tunes its
 pass sizes), so transformers' own use of the same model object (generate, an ONNX export) is
@@ -44,29 +53,57 @@ def weight_first_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tenso
     return out.reshape(*x.shape[:-1], weight.shape[0])
 
 
+def one_row_copy(weight: torch.Tensor, blocks: int) -> torch.Tensor:
+    """W^T [in, out] cut along `in` into `blocks` equal blocks: [blocks, in / blocks, out], contiguous."""
+    return weight.detach().t().contiguous().view(blocks, weight.shape[1] // blocks, weight.shape[0])
+
+
+def one_row_linear(x: torch.Tensor, copy: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """F.linear(x, weight, bias) for x of one row ([..., in], one_row_copy of the weight): each
+    block's product on its own thread, then their sum."""
+    blocks, width, out_features = copy.shape
+    out = torch.bmm(x.reshape(1, blocks, width).transpose(0, 1), copy).sum(0)
+    if bias is not None:
+        out += bias
+    return out.reshape(*x.shape[:-1], out_features)
+
+
+def copy_blocks(in_features: int, threads: int) -> int:
+    """Blocks of a one-row copy: the most, up to one a thread, that divide the input evenly."""
+    return max(b for b in range(1, max(threads, 1) + 1) if in_features % b == 0)
+
+
 class LinearSwitch:
-    """Whether the model's switchable linear layers run weight first now (off between passes)."""
+    """Whether the model's switchable linear layers run weight first now, and whether a one-row
+    product reads their one-row copies (off between passes)."""
 
     def __init__(self) -> None:
         self.weight_first = False
+        self.one_row = False
 
     @contextlib.contextmanager
-    def set(self, weight_first: bool) -> Iterator[None]:
-        """Run the layers weight first (or not) for the span of one pass. Passes run on one thread."""
-        previous, self.weight_first = self.weight_first, weight_first
+    def set(self, weight_first: bool, one_row: bool = False) -> Iterator[None]:
+        """Run the layers weight first (or not), one-row products from the copies where made (or
+        not), for the span of one pass. Passes run on one thread."""
+        previous = self.weight_first, self.one_row
+        self.weight_first, self.one_row = weight_first, one_row
         try:
             yield
         finally:
-            self.weight_first = previous
+            self.weight_first, self.one_row = previous
 
 
 class SwitchableLinear(torch.nn.Linear):
-    """nn.Linear that computes weight first while its switch says so, for up to MAX_WEIGHT_FIRST_ROWS rows."""
+    """nn.Linear that computes weight first while its switch says so, for up to
+    MAX_WEIGHT_FIRST_ROWS rows, and one row from its one-row copy where it has one."""
 
     switch: LinearSwitch
+    one_row_weight: torch.Tensor | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.switch.weight_first and x.numel() <= MAX_WEIGHT_FIRST_ROWS * self.in_features:
+            if self.switch.one_row and self.one_row_weight is not None and x.numel() == self.in_features:
+                return one_row_linear(x, self.one_row_weight, self.bias)
             return weight_first_linear(x, self.weight, self.bias)
         return super().forward(x)
 
@@ -83,3 +120,29 @@ def linear_switch(model: torch.nn.Module) -> LinearSwitch:
                 module.switch = switch
         model._specdec_linear_switch = switch
     return switch
+
+
+def switchable_layers(model: torch.nn.Module) -> list[SwitchableLinear]:
+    """The model's switchable linear layers (linear_switch made them)."""
+    return [module for module in model.modules() if isinstance(module, SwitchableLinear)]
+
+
+@torch.no_grad()
+def one_row_copies(model: torch.nn.Module, threads: int) -> int:
+    """Give each switchable linear layer a one-row copy of its weight, in `threads` blocks where
+    its input divides so (layers sharing a weight share its copy); returns the bytes made."""
+    made: dict[int, torch.Tensor] = {}
+    for layer in switchable_layers(model):
+        blocks = copy_blocks(layer.in_features, threads)
+        if blocks > 1:
+            key = id(layer.weight)
+            if key not in made:
+                made[key] = one_row_copy(layer.weight, blocks)
+            layer.one_row_weight = made[key]
+    return sum(copy.numel() * copy.element_size() for copy in made.values())
+
+
+def drop_one_row_copies(model: torch.nn.Module) -> None:
+    """Free the layers' one-row copies (a one-row product then runs weight first)."""
+    for layer in switchable_layers(model):
+        layer.one_row_weight = None

@@ -49,7 +49,7 @@ def load_target(config: VerifierSettings) -> tuple[TargetModel, Tokenizer]:
     model, folder = open_model(config.model, config.device, resolve_dtype(config.dtype, config.device), config.device_map)
     target = TargetModel(
         model, name=served_name(config.model), graphs=config.cuda_graphs, cuda_compiled=config.cuda_compiled,
-        compiled_passes=config.cpu_compiled_passes,
+        compiled_passes=config.cpu_compiled_passes, one_row_copies=config.cpu_one_row_copies,
     )
     tokenizer = Tokenizer(folder)
     limits = Limits(max_draft_tokens=3, max_draft_depth=2, context_length=target.context_length)

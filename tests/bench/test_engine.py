@@ -34,7 +34,8 @@ def test_weight_bytes_counts_a_tied_weight_once() -> None:
 
 
 def test_report_shows_floor_curve_and_breakdown() -> None:
-    args = argparse.Namespace(model="default", device="cpu", dtype="float32", context=256, repeats=5, no_graphs=False, cuda_compiled="layers", cpu_compiled=False)
+    args = argparse.Namespace(model="default", device="cpu", dtype="float32", context=256, repeats=5, no_graphs=False, cuda_compiled="layers", cpu_compiled=False,
+                              no_one_row_copies=False)
     results = {
         "machine": {"cpu_model": "test cpu", "usable_cpus": 2, "torch": "2.13.0", "git_commit": "abc"},
         "floor": {"weight_mb": 538.0, "read_gbs": 48.0, "ms": 11.2},
@@ -53,8 +54,12 @@ def test_report_shows_floor_curve_and_breakdown() -> None:
     assert "gRPC round trip per round" in text
     assert "(ModelInfo.price): a plain pass 3.30 ms; a drafted node 0.012 and a drafted round 0.250 more" in text
     assert text.startswith("# Engine profile: default on cpu, float32\n")
+    assert "one-row copies kept" not in text
+    assert "; one-row copies kept by the start-up timing\n" in report(args, {**results, "one_row": True})
     args.cpu_compiled = True
     assert report(args, results).startswith("# Engine profile: default on cpu, float32, compiled lone passes\n")
+    args.no_one_row_copies = True
+    assert report(args, results).startswith("# Engine profile: default on cpu, float32, compiled lone passes, no one-row copies\n")
     args.device, args.no_graphs = "cuda", True
     assert report(args, results).startswith("# Engine profile: default on cuda, float32, CUDA graphs off\n")
     args.no_graphs, args.cuda_compiled = False, "blocks"

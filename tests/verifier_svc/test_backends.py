@@ -110,3 +110,89 @@ def test_a_real_gain_is_kept(monkeypatch) -> None:  # type: ignore[no-untyped-de
 def test_tuning_stops_at_its_budget_and_then_pads_nothing(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     target, layout, seconds = _tune(lambda call, size, weight_first: 5.0, budget=30.0, monkeypatch=monkeypatch)
     assert seconds == [] and target.pass_tokens == [1] and target.pass_seconds == [] and layout.weight_first
+
+
+class _OneRowTarget:
+    """A target whose one-token passes take cost(turn, one_row) on a fake clock."""
+
+    def __init__(self, layout: CpuBackend, cost, clock: list[float]) -> None:  # type: ignore[no-untyped-def]
+        self.layout, self.cost, self.clock, self.passes = layout, cost, clock, 0
+
+    def new_cache(self) -> _Cache:
+        return _Cache()
+
+    def score(self, cache: _Cache, pending: list[int], tree) -> None:  # type: ignore[no-untyped-def]
+        if len(pending) + len(tree) == 1:  # not the prefill
+            self.passes += 1
+            self.clock[0] += self.cost(self.passes, self.layout.one_row)
+
+
+def _keep_one_row(cost, monkeypatch) -> tuple[bool, CpuBackend]:  # type: ignore[no-untyped-def]
+    clock = [0.0]
+    monkeypatch.setattr(cpu_tuning.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr("verifier_svc.backends.pass_timing.time.perf_counter", lambda: clock[0])
+    layout = CpuBackend(torch.nn.Sequential(torch.nn.Linear(2, 2)))
+    layout.weight_first = False
+    kept = cpu_tuning.keep_one_row_copies(_OneRowTarget(layout, cost, clock), layout, context_tokens=8)  # type: ignore[arg-type]
+    assert layout.weight_first and layout.one_row is kept  # timed weight first, left as decided
+    return kept, layout
+
+
+def test_one_row_copies_are_kept_only_where_they_pay(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    assert _keep_one_row(lambda turn, one_row: 0.030 if one_row else 0.040, monkeypatch)[0]
+    assert not _keep_one_row(lambda turn, one_row: 0.0395 if one_row else 0.040, monkeypatch)[0]  # within MIN_GAIN
+    assert not _keep_one_row(lambda turn, one_row: 0.050 if one_row else 0.040, monkeypatch)[0]
+
+
+def test_a_burst_on_the_other_choice_does_not_keep_one_row_copies(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Every pass without the copies but one hit by a neighbour: minima compare, so the one clean
+    pass decides, and the copies (no faster) go."""
+    kept, _ = _keep_one_row(lambda turn, one_row: 0.040 if one_row or turn == 2 else 3.0, monkeypatch)
+    assert not kept
+
+
+def _tiny_llama() -> torch.nn.Module:
+    from transformers import LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=128, attn_implementation=GROUPED_SDPA,
+    )
+    return LlamaForCausalLM(config).eval()
+
+
+def _copies(model: torch.nn.Module) -> list[torch.Tensor | None]:
+    return [m.one_row_weight for m in model.modules() if isinstance(m, torch.nn.Linear)]
+
+
+def test_the_cpu_backend_makes_one_row_copies_where_dtype_and_memory_allow(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    model = _tiny_llama()
+    assert CpuBackend(model).one_row and all(copy is not None and copy.shape[0] == 2 for copy in _copies(model))
+    assert not CpuBackend(model, one_row=False).one_row and _copies(model) == [None] * len(_copies(model))
+    monkeypatch.setattr("verifier_svc.backends.cpu.available_memory_bytes", lambda: 1 << 10)  # 1 KiB left: too little
+    assert not CpuBackend(model).one_row and set(_copies(model)) == {None}
+    monkeypatch.setattr("verifier_svc.backends.cpu.available_memory_bytes", lambda: None)  # unknown: none made
+    assert not CpuBackend(model).one_row
+    monkeypatch.setattr("verifier_svc.backends.cpu.available_memory_bytes", lambda: 1 << 40)
+    assert not CpuBackend(model.to(torch.bfloat16)).one_row and set(_copies(model)) == {None}  # bfloat16 gains nothing
+
+
+@pytest.mark.parametrize("decision", ["copies slower", "F.linear chosen"])
+def test_tuning_frees_one_row_copies_it_does_not_keep(decision: str, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from verifier_svc.target_model import TargetModel
+
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    model = _tiny_llama()
+    target = TargetModel(model, "tiny")
+    backend = target.backend
+    assert isinstance(backend, CpuBackend) and backend.one_row
+    monkeypatch.setattr("verifier_svc.backends.cpu.keep_one_row_copies", lambda *args: decision != "copies slower")
+
+    def tune_pass_sizes(target, layout, *args):  # type: ignore[no-untyped-def]
+        layout.weight_first = decision != "F.linear chosen"
+        return [0.01]
+
+    monkeypatch.setattr("verifier_svc.backends.cpu.tune_pass_sizes", tune_pass_sizes)
+    backend.tune(target, context_tokens=8, max_tokens=4, repeats=1)
+    assert not backend.one_row and set(_copies(model)) == {None}

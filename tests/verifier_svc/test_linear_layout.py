@@ -6,7 +6,17 @@ from __future__ import annotations
 import pytest
 import torch
 
-from verifier_svc.linear_layout import MAX_WEIGHT_FIRST_ROWS, SwitchableLinear, linear_switch, weight_first_linear
+from verifier_svc.linear_layout import (
+    MAX_WEIGHT_FIRST_ROWS,
+    SwitchableLinear,
+    copy_blocks,
+    drop_one_row_copies,
+    linear_switch,
+    one_row_copies,
+    one_row_copy,
+    one_row_linear,
+    weight_first_linear,
+)
 from verifier_svc.target_model import TargetModel
 from verifier_svc.token_tree import ROOT, build_tree, chain
 
@@ -54,7 +64,7 @@ def test_passes_in_either_layout_give_the_same_logits(reference_model, tokenizer
     results = []
     for weight_first in (True, False):
         target = TargetModel(reference_model, "layout")
-        assert target.backend.weight_first  # the CPU default until tuned
+        assert target.backend.weight_first and target.backend.one_row  # the CPU defaults until tuned
         target.backend.weight_first = weight_first
         cache = target.new_cache()
         prefill = target.score(cache, prompt[:-1], chain([]))
@@ -65,3 +75,75 @@ def test_passes_in_either_layout_give_the_same_logits(reference_model, tokenizer
         torch.testing.assert_close(weight_first, linear, atol=2e-4, rtol=1e-4)
     with torch.inference_mode():
         assert torch.equal(reference_model(ids).logits, before)
+
+
+@pytest.mark.parametrize("shape", [(576,), (1, 576), (1, 1, 576)])
+@pytest.mark.parametrize("blocks", [2, 3, 4])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_a_one_row_product_from_the_copy_is_f_linear(shape: tuple[int, ...], blocks: int, with_bias: bool) -> None:
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(shape, generator=generator)
+    weight = torch.randn(1536, 576, generator=generator) / 24
+    bias = torch.randn(1536, generator=generator) if with_bias else None
+    out = one_row_linear(x, one_row_copy(weight, blocks), bias)
+    assert out.shape == (*shape[:-1], 1536) and out.is_contiguous()
+    torch.testing.assert_close(out, torch.nn.functional.linear(x, weight, bias), atol=1e-5, rtol=1e-5)
+
+
+def test_copy_blocks_divide_the_input_one_a_thread_at_most() -> None:
+    assert copy_blocks(576, 2) == 2 and copy_blocks(576, 5) == 4 and copy_blocks(576, 16) == 16
+    assert copy_blocks(577, 2) == 1 and copy_blocks(576, 0) == 1
+
+
+def test_one_row_products_read_the_copies_only_where_switched_on(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 8), torch.nn.Linear(8, 7))
+    model[2].weight = model[0].weight  # tied weights share one copy
+    odd = torch.nn.Linear(7, 8)  # 7 inputs do not divide into blocks: no copy
+    model.append(odd)
+    switch = linear_switch(model)
+    made = one_row_copies(model, threads=2)
+    assert model[0].one_row_weight is model[2].one_row_weight and odd.one_row_weight is None
+    assert made == 4 * (8 * 8 + 7 * 8)
+    calls: list[str] = []
+    monkeypatch.setattr(
+        "verifier_svc.linear_layout.one_row_linear", lambda x, c, b: calls.append("copy") or torch.zeros(*x.shape[:-1], c.shape[2])
+    )
+    monkeypatch.setattr(
+        "verifier_svc.linear_layout.weight_first_linear",
+        lambda x, w, b: calls.append("weight first") or torch.nn.functional.linear(x, w, b),
+    )
+    one, two = torch.randn(1, 8), torch.randn(2, 8)
+    with switch.set(True, one_row=True):
+        model[0](one), model[0](two), odd(torch.randn(1, 7))
+    assert calls == ["copy", "weight first", "weight first"]
+    with switch.set(True):  # one_row off
+        model[0](one)
+    with switch.set(False, one_row=True):  # F.linear reads no copy
+        model[0](one)
+    drop_one_row_copies(model)
+    with switch.set(True, one_row=True):  # dropped: weight first
+        model[0](one)
+    assert calls == ["copy", "weight first", "weight first", "weight first", "weight first"]
+    assert switch.one_row is False and all(m.one_row_weight is None for m in (model[0], model[2], model[3]))
+
+
+def test_a_one_token_pass_reads_every_layers_one_row_copy(reference_model, tokenizer, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Where memory allows (this host), a one-token pass of the default model reads the one-row
+    copy of each of its linear layers, and a two-token pass none (a prefill's output head reads
+    its copy: only the last row's logits are kept)."""
+    import verifier_svc.linear_layout as linear_layout
+
+    reads: list[int] = []
+    real = linear_layout.one_row_linear
+    monkeypatch.setattr(linear_layout, "one_row_linear", lambda x, c, b: reads.append(c.shape[0]) or real(x, c, b))
+    target = TargetModel(reference_model, "one row")
+    assert target.backend.one_row
+    prompt = tokenizer.encode("Speculative decoding makes a large model generate faster by")
+    cache = target.new_cache()
+    target.score(cache, prompt[:-1], chain([]))
+    reads.clear()
+    target.score(cache, prompt[-1:], chain([7]))
+    assert reads == []
+    target.score(cache, [11], chain([]))
+    layers = [m for m in reference_model.modules() if isinstance(m, SwitchableLinear)]
+    assert len(reads) == len(layers) == 211 and set(reads) == {torch.get_num_threads()}

@@ -1,12 +1,14 @@
-"""The CPU backend: weight-first linear layers, grouped attention read in place, padding of
-batched passes through F.linear, pass sizes tuned at start (cpu_tuning.py), and, where asked,
-lone passes as compiled static passes (cpu_compiled.py)."""
+"""The CPU backend: weight-first linear layers (one-row products from one-row copies where memory
+allows), grouped attention read in place, padding of batched passes through F.linear, pass sizes
+tuned at start (cpu_tuning.py), and, where asked, lone passes as compiled static passes
+(cpu_compiled.py)."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
@@ -15,11 +17,11 @@ from transformers import PretrainedConfig
 from verifier_svc.attention import GROUPED_SDPA, sdpa_or_eager
 from verifier_svc.backends.compiled_layers import CompiledLayers
 from verifier_svc.backends.cpu_compiled import CompiledPassRunner, compiled_layers, compiles
-from verifier_svc.backends.cpu_tuning import tune_pass_sizes
+from verifier_svc.backends.cpu_tuning import keep_one_row_copies, tune_pass_sizes
 from verifier_svc.backends.generic import GenericBackend
 from verifier_svc.backends.pass_timing import lone_sizes_seconds
 from verifier_svc.layer_masks import layer_windows
-from verifier_svc.linear_layout import linear_switch
+from verifier_svc.linear_layout import drop_one_row_copies, linear_switch, one_row_copies
 from verifier_svc.static_pass import SlotPasses, StaticPass
 
 if TYPE_CHECKING:
@@ -43,20 +45,52 @@ COMPILED_SIZES = (1, 2, 4, 8)
 COMPILED_MIN_KEYS = 512
 # The attention implementations a static pass runs with (the model's own code over a slot).
 STATIC_ATTENTION = (GROUPED_SDPA, "sdpa", "eager")
+# One-row copies (linear_layout.py) are made for these weights only (bfloat16 ones ran 10x
+# slower), and only while the memory left after them would be at least this share of the memory
+# available before: the KV caches need the rest.
+ONE_ROW_DTYPES = (torch.float32,)
+ONE_ROW_MEMORY_LEFT = 0.5
+
+
+def available_memory_bytes() -> int | None:
+    """The memory this process may still take: MemAvailable of /proc/meminfo, and no more than
+    its cgroup's limit less its use (a container's limit, where cgroup v2 sets one); None where
+    the machine does not say."""
+    available = None
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                available = int(line.split()[1]) * 1024
+    with contextlib.suppress(OSError, ValueError):
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if limit != "max" and available is not None:
+            available = min(available, int(limit) - int(Path("/sys/fs/cgroup/memory.current").read_text()))
+    return available
+
+
+def linear_weight_bytes(model: torch.nn.Module) -> int:
+    """Bytes of the model's nn.Linear weights, each shared weight once."""
+    weights = {id(m.weight): m.weight for m in model.modules() if isinstance(m, torch.nn.Linear)}
+    return sum(w.numel() * w.element_size() for w in weights.values())
 
 
 class CpuBackend(GenericBackend):
     """The model's nn.Linear layers made switchable (linear_layout.py); weight first until
-    tuning times F.linear faster. With `compiled_passes`, a lone pass of a session in a slot
+    tuning times F.linear faster; with `one_row`, one-row copies of their weights (float32, where
+    memory allows) for one-token passes, until tuning times them no faster. With `compiled_passes`, a lone pass of a session in a slot
     runs as a static pass with its layers compiled (cpu_compiled.py), weight first, and tuning
     only times."""
 
     kind = "cpu"
 
-    def __init__(self, model: torch.nn.Module, compiled_passes: bool = False) -> None:
+    def __init__(self, model: torch.nn.Module, compiled_passes: bool = False, one_row: bool = True) -> None:
         super().__init__(model)
         self.linear_switch = linear_switch(model)
         self.weight_first = True
+        self.one_row = False
+        drop_one_row_copies(model)  # another backend's, over the same model object
+        if one_row:
+            self.one_row = self._make_one_row_copies()
         self.compiled: CompiledLayers | None = None
         if compiled_passes and model.config._attn_implementation in STATIC_ATTENTION:
             self.compiled = compiled_layers(model)
@@ -64,6 +98,22 @@ class CpuBackend(GenericBackend):
             self.passes = SlotPasses(
                 model, layer_windows(model.config), COMPILED_SLOTS, capacity, COMPILED_SIZES, self._compile, COMPILED_MIN_KEYS
             )
+
+    def _make_one_row_copies(self) -> bool:
+        """Make the one-row copies where the dtype gains and memory allows; whether made."""
+        if next(self.model.parameters()).dtype not in ONE_ROW_DTYPES:
+            return False
+        available, needed = available_memory_bytes(), linear_weight_bytes(self.model)
+        if available is None or available - needed < ONE_ROW_MEMORY_LEFT * available:
+            log.info("no one-row weight copies: %d MB needed, %s MB available", needed >> 20, available and available >> 20)
+            return False
+        made = one_row_copies(self.model, torch.get_num_threads())
+        log.info("one-row weight copies: %d MB", made >> 20)
+        return made > 0
+
+    def _drop_one_row_copies(self) -> None:
+        self.one_row = False
+        drop_one_row_copies(self.model)
 
     def _compile(self, static: StaticPass) -> CompiledPassRunner:
         assert self.compiled is not None
@@ -81,7 +131,7 @@ class CpuBackend(GenericBackend):
         return 1 if self.weight_first else CPU_MIN_PASS_TOKENS
 
     def kernels(self) -> contextlib.AbstractContextManager:
-        return self.linear_switch.set(self.weight_first)
+        return self.linear_switch.set(self.weight_first, self.one_row)
 
     def pass_counts(self) -> tuple[int, int]:
         return (CompiledPassRunner.made, CompiledPassRunner.runs) if self.passes else (0, 0)
@@ -97,7 +147,12 @@ class CpuBackend(GenericBackend):
     @torch.inference_mode()
     def tune(self, target: TargetModel, context_tokens: int, max_tokens: int, repeats: int) -> list[float]:
         if self.passes is None:
-            return tune_pass_sizes(target, self, context_tokens, max_tokens, repeats)
+            if self.one_row and not keep_one_row_copies(target, self, context_tokens):
+                self._drop_one_row_copies()
+            seconds = tune_pass_sizes(target, self, context_tokens, max_tokens, repeats)
+            if self.one_row and not self.weight_first:  # F.linear reads no copy
+                self._drop_one_row_copies()
+            return seconds
         # Compiled passes are weight first and pad to their own sizes: time them, pad nothing more.
         seconds = lone_sizes_seconds(target, context_tokens, max_tokens, repeats)
         target.pass_tokens, target.pass_seconds, target.pass_context_tokens = [1], seconds, context_tokens

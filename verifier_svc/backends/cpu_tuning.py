@@ -1,6 +1,9 @@
-"""Pass sizes on CPU, timed at start so that a noisy neighbour cannot lock in a bad choice.
+"""Pass sizes and linear layouts on CPU, timed at start so that a noisy neighbour cannot lock in
+a bad choice.
 
-The verifier times lone passes of 1..K tokens in both linear layouts (linear_layout.py), keeps
+First the one-row copies (linear_layout.py): one-token passes with and without them, in turns,
+ONE_ROW_TURNS each; they are kept only if their minimum beats the other's by
+batch_planner.MIN_GAIN. Then the pass sizes: the verifier times lone passes of 1..K tokens in both linear layouts (linear_layout.py), keeps
 the layout whose passes, each padded to the fastest size at or above it (batch_planner.py), cost
 less summed over the sizes, and pads so from then on. A start beside a process that loads both
 cores once timed 2-12-token passes at ~3 s each and padded every one of them to 12 tokens for
@@ -33,8 +36,27 @@ TUNING_BUDGET_SECONDS = 60.0
 CONFIRM_TURNS = 3
 
 
+ONE_ROW_TURNS = 5
+
+
 class LayoutChoice(Protocol):
     weight_first: bool
+    one_row: bool
+
+
+def keep_one_row_copies(target: TargetModel, layout: LayoutChoice, context_tokens: int, turns: int = ONE_ROW_TURNS) -> bool:
+    """Whether one-token passes after context_tokens cached tokens run faster, weight first,
+    with the one-row copies than without (module docstring); leaves layout.one_row so."""
+    cache = target.new_cache()
+    target.score(cache, [1] * context_tokens, chain([]))
+    layout.weight_first = True
+    best = {True: float("inf"), False: float("inf")}
+    for turn in range(turns):
+        for choice in (True, False) if turn % 2 == 0 else (False, True):
+            layout.one_row = choice
+            best[choice] = min(best[choice], lone_pass_seconds(target, cache, context_tokens, 1))
+    layout.one_row = best[True] < (1 - MIN_GAIN) * best[False]
+    return layout.one_row
 
 
 def tune_pass_sizes(
