@@ -3,11 +3,11 @@ a bad choice.
 
 First the one-row copies (linear_layout.py): one-token passes with and without them, in turns,
 ONE_ROW_TURNS each; they are kept only if their minimum beats the other's by
-batch_planner.MIN_GAIN. Then the pass sizes: the verifier times lone passes of 1..K tokens in both linear layouts (linear_layout.py), keeps
-the layout whose passes, each padded to the fastest size at or above it (batch_planner.py), cost
-less summed over the sizes, and pads so from then on. A start beside a process that loads both
-cores once timed 2-12-token passes at ~3 s each and padded every one of them to 12 tokens for
-the life of the process. So:
+batch_planner.MIN_GAIN. Then the pass sizes: the verifier times lone passes of 1..K tokens in
+both linear layouts (linear_layout.py), keeps the layout whose passes, each padded to the
+fastest size at or above it (batch_planner.py), cost less summed over the sizes, and pads so
+from then on. A start beside a process that loads both cores once timed 2-12-token passes at
+~3 s each and padded every one of them to 12 tokens for the life of the process. So:
 
 - every size is timed `repeats` times, sizes and layouts interleaved, and its minimum kept;
 - the sweeps stop at TUNING_BUDGET_SECONDS: only complete sweeps count, and when not even
@@ -34,8 +34,6 @@ if TYPE_CHECKING:
 # repeats in ~10 s; the confirmation pairs after them take a few seconds more).
 TUNING_BUDGET_SECONDS = 60.0
 CONFIRM_TURNS = 3
-
-
 ONE_ROW_TURNS = 5
 
 
