@@ -16,9 +16,9 @@ between pass sizes.
 A pass of exactly one row (a plain decoding step) reads the weights faster still from a copy of
 W^T cut along its input dimension into one block per torch thread: a batched product of the
 blocks (torch.bmm runs one block a thread) summed. MKL's two-column product keeps two threads
-busy at about 60% of the bandwidth a plain read gets; the blocks reach about 85%, in float32 only
-(bfloat16 blocks run 10x slower). Over the 211 weights, one run: 54.3 -> 37.7 ms; a whole
-one-token pass 92.9 -> 73.8 ms median (docs/design/one-row-copies.md). The copy
+busy at about 60% of the bandwidth a plain read gets; the blocks reach about 85%, in float32
+only (bfloat16 blocks run 12x slower than F.linear). Over the 211 weights, one run: 54.3 -> 37.7
+ms; a whole one-token pass 92.9 -> 73.8 ms median (docs/design/one-row-copies.md). The copy
 doubles the memory of the linear weights, so `one_row_copies` makes it only where memory
 allows, and the CPU backend keeps it only where its start-up timing finds it faster.
 

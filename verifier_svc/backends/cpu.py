@@ -45,9 +45,9 @@ COMPILED_SIZES = (1, 2, 4, 8)
 COMPILED_MIN_KEYS = 512
 # The attention implementations a static pass runs with (the model's own code over a slot).
 STATIC_ATTENTION = (GROUPED_SDPA, "sdpa", "eager")
-# One-row copies (linear_layout.py) are made for these weights only (bfloat16 ones ran 10x
-# slower), and only while the memory left after them would be at least this share of the memory
-# available before: the KV caches need the rest.
+# One-row copies (linear_layout.py) are made for these weights only (bfloat16 ones ran 12x
+# slower than F.linear), and only while the memory left after them would be at least this share
+# of the memory available before: the KV caches need the rest.
 ONE_ROW_DTYPES = (torch.float32,)
 ONE_ROW_MEMORY_LEFT = 0.5
 
