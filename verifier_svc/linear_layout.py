@@ -101,8 +101,9 @@ class SwitchableLinear(torch.nn.Linear):
     one_row_weight: torch.Tensor | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.switch.weight_first and x.numel() <= MAX_WEIGHT_FIRST_ROWS * self.in_features:
-            if self.switch.one_row and self.one_row_weight is not None and x.numel() == self.in_features:
+        size = x.numel()
+        if self.switch.weight_first and size <= MAX_WEIGHT_FIRST_ROWS * self.in_features:
+            if self.switch.one_row and self.one_row_weight is not None and size == self.in_features:
                 return one_row_linear(x, self.one_row_weight, self.bias)
             return weight_first_linear(x, self.weight, self.bias)
         return super().forward(x)

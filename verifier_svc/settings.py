@@ -55,7 +55,7 @@ class VerifierSettings:
     )
     cpu_one_row_copies: bool = field(
         default=True,
-        metadata={"group": "performance", "help": "on CPU in float32, keep a second copy of the linear weights laid out for one-token passes (plain decoding steps), which read it faster with one block a thread; made only where at least half the available memory stays free, and kept only where start-up timing finds it faster (doubles the linear weights' memory; linear_layout.py)"},
+        metadata={"group": "performance", "help": "on CPU in float32, keep a second copy of the linear weights laid out for one-token passes (plain decoding steps), which read it faster with one block a thread; made only where at least half the available memory stays free, and, where pass sizes are tuned without compiled passes, kept only where start-up timing finds it faster (doubles the linear weights' memory; linear_layout.py)"},
     )
     cpus: str = field(default="", metadata={"group": "performance", "help": "CPU list to pin this process to, e.g. 0 or 0-1,3 (empty: all it may use)"})
     torch_threads: int = field(default=0, metadata={"group": "performance", "help": "torch intra-op threads (0: one per --cpus CPU if pinned, else torch's default)"})

@@ -77,9 +77,10 @@ def linear_weight_bytes(model: torch.nn.Module) -> int:
 class CpuBackend(GenericBackend):
     """The model's nn.Linear layers made switchable (linear_layout.py); weight first until
     tuning times F.linear faster; with `one_row`, one-row copies of their weights (float32, where
-    memory allows) for one-token passes, until tuning times them no faster. With `compiled_passes`, a lone pass of a session in a slot
-    runs as a static pass with its layers compiled (cpu_compiled.py), weight first, and tuning
-    only times."""
+    memory allows) for one-token passes, until tuning times them no faster (untuned, or with
+    compiled passes, they stay as made). With `compiled_passes`, a lone pass of a session in a
+    slot runs as a static pass with its layers compiled (cpu_compiled.py), weight first, and
+    tuning only times."""
 
     kind = "cpu"
 
