@@ -62,7 +62,7 @@ def one_row_linear(x: torch.Tensor, copy: torch.Tensor, bias: torch.Tensor | Non
     """F.linear(x, weight, bias) for x of one row ([..., in], one_row_copy of the weight): each
     block's product on its own thread, then their sum."""
     blocks, width, out_features = copy.shape
-    out = torch.bmm(x.reshape(1, blocks, width).transpose(0, 1), copy).sum(0)
+    out = torch.bmm(x.reshape(blocks, 1, width), copy).sum(0)
     if bias is not None:
         out += bias
     return out.reshape(*x.shape[:-1], out_features)

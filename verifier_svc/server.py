@@ -26,6 +26,7 @@ from specdec.tokenizer import Tokenizer
 from specdec.v1 import verifier_pb2, verifier_pb2_grpc
 from verifier_svc.backends.cuda import compiled_error
 from verifier_svc.backends.pass_timing import PRICE_CONTEXT_TOKENS, time_lone_passes
+from verifier_svc.backends.stored_steps import store_folder
 from verifier_svc.model_loader import ModelNotServable, one_line, open_model, placement_error, resolve_dtype, served_name
 from verifier_svc.servicer import Batching, VerifierServicer
 from verifier_svc.session import Limits, RoundInput, Session
@@ -49,7 +50,8 @@ def load_target(config: VerifierSettings) -> tuple[TargetModel, Tokenizer]:
     model, folder = open_model(config.model, config.device, resolve_dtype(config.dtype, config.device), config.device_map)
     target = TargetModel(
         model, name=served_name(config.model), graphs=config.cuda_graphs, cuda_compiled=config.cuda_compiled,
-        compiled_passes=config.cpu_compiled_passes, one_row_copies=config.cpu_one_row_copies,
+        compiled_passes=config.cpu_compiled_passes, compiled_store=store_folder(config.cpu_compiled_pass_store),
+        one_row_copies=config.cpu_one_row_copies,
     )
     tokenizer = Tokenizer(folder)
     limits = Limits(max_draft_tokens=3, max_draft_depth=2, context_length=target.context_length)

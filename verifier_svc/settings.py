@@ -51,7 +51,11 @@ class VerifierSettings:
     )
     cpu_compiled_passes: bool = field(
         default=False,
-        metadata={"group": "performance", "help": "on CPU, run lone passes of up to 8 tokens as static passes with their decoder layers compiled by torch.compile, five a call (4 sessions at a time, up to 4096 cached tokens each; a few compiles at start, seconds to minutes on a 2-core host; backends/cpu_compiled.py)"},
+        metadata={"group": "performance", "help": "on CPU, run lone passes of 2-8 tokens (1-8 without one-row copies) as static passes with their decoder layers compiled by torch.compile, five a call (4 sessions at a time, up to 4096 cached tokens each; a few compiles at the first start, minutes on a 2-core host, read back from --cpu-compiled-pass-store in seconds at later ones; backends/cpu_compiled.py)"},
+    )
+    cpu_compiled_pass_store: str = field(
+        default="",
+        metadata={"group": "performance", "help": "with --cpu-compiled-passes, the folder that keeps their compiled code, so that a later start with the same model, code and versions loads it in seconds instead of compiling (empty: compiled-passes in $SPECDEC_CACHE_DIR, else in ~/.cache/specdec; off: compile at every start; backends/stored_steps.py)"},
     )
     cpu_one_row_copies: bool = field(
         default=True,

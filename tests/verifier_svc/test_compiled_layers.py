@@ -20,8 +20,7 @@ from tests.model_matrix import ARCHITECTURES, VOCAB, WINDOW, build_model
 from tests.verifier_svc.test_model_matrix import score_rounds
 from tests.verifier_svc.test_static_pass import slot_target
 from verifier_svc.backends import compiled_layers
-from verifier_svc.backends.compiled_layers import CompiledLayers, decoder_layers, group_step, layer_groups
-from verifier_svc.backends.cpu_compiled import compiles
+from verifier_svc.backends.compiled_layers import CompiledLayers, decoder_layers, dynamo_compiles, group_step, layer_groups
 from verifier_svc.model_loader import load_model
 from verifier_svc.static_pass import StaticPass
 from verifier_svc.token_tree import chain
@@ -112,11 +111,11 @@ def test_static_tree_passes_under_compiled_layers_score_each_path_as_a_plain_seq
     prompt = [rng.randrange(3, VOCAB) for _ in range(WINDOW + 9)]
     cache = target.new_cache()
     target.score(cache, prompt[:-1], chain([]))  # a prefill: eager, the layers as written
-    before = compiles()
+    before = dynamo_compiles()
     score_rounds(target, reference, rng, cache, prompt[:-1], prompt[-1:], (0, 9, 3, 12, 1, 5))
     runs = sum(runner.runs for runner in backend.passes.runners.values())  # type: ignore[attr-defined]
     assert runs == 6, "every round ran as a static pass under compiled layers"
     assert calls, "the layers ran through the compiled group function"
-    assert compiles() - before <= MAX_COMPILES
+    assert dynamo_compiles() - before <= MAX_COMPILES
     assert all(layer._compiled_call_impl is None for layer in layers.layers), "compiled only under active()"
     assert layers.count == model.config.num_hidden_layers + 1  # the layers and the final norm

@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
+import torch._dynamo
 from transformers import PretrainedConfig
 
 from verifier_svc.backends.compiled_blocks import CompiledBlocks, calls_installed
@@ -83,6 +84,11 @@ def cache_argument(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | int |
 _compiled_step: Callable[..., torch.Tensor] | None = None
 
 
+def dynamo_compiles() -> int:
+    """Frames dynamo has compiled in this process (compiled_step's shapes among them)."""
+    return int(torch._dynamo.utils.counters["stats"]["unique_graphs"])
+
+
 def compiled_step() -> Callable[..., torch.Tensor]:
     """group_step compiled by inductor with dynamic shapes (lazily, at the first call)."""
     global _compiled_step
@@ -95,7 +101,9 @@ class CompiledLayers:
     """The decoder layers of one model with compiled calls, `group` consecutive layers a call
     (layer_groups), and its stateless blocks outside them compiled, both switched on by `active()`."""
 
-    def __init__(self, model: torch.nn.Module, group: int = 1) -> None:
+    def __init__(self, model: torch.nn.Module, group: int = 1, step: Callable[..., torch.Tensor] | None = None) -> None:
+        """`step`: group_step compiled (default: compiled_step(), dynamo's at the first call)."""
+        self.step = step
         self.layers = decoder_layers(model)
         self.rest = CompiledBlocks(model, outside=self.layers)
         self.groups = layer_groups(model.config, len(self.layers), group)
@@ -117,7 +125,7 @@ class CompiledLayers:
             if index != run.start:  # the group's first layer ran this one
                 return hidden
             cache = kwargs.pop(where) if isinstance(where, str) else args[where]
-            return compiled_step()(layers, where, [cache.layers[i] for i in run], hidden, *args, **kwargs)
+            return (self.step or compiled_step())(layers, where, [cache.layers[i] for i in run], hidden, *args, **kwargs)
 
         return call
 

@@ -16,13 +16,15 @@ from transformers import PretrainedConfig
 
 from verifier_svc.attention import GROUPED_SDPA, sdpa_or_eager
 from verifier_svc.backends.compiled_layers import CompiledLayers
-from verifier_svc.backends.cpu_compiled import CompiledPassRunner, compiled_layers, compiles
+from verifier_svc.backends.cpu_compiled import CompiledPassRunner, compiled_layers
 from verifier_svc.backends.cpu_tuning import keep_one_row_copies, tune_pass_sizes
 from verifier_svc.backends.generic import GenericBackend
 from verifier_svc.backends.pass_timing import lone_sizes_seconds
+from verifier_svc.backends.stored_steps import StoredSteps
+from verifier_svc.kv_cache import KVCache
 from verifier_svc.layer_masks import layer_windows
 from verifier_svc.linear_layout import drop_one_row_copies, linear_switch, one_row_copies
-from verifier_svc.static_pass import SlotPasses, StaticPass
+from verifier_svc.static_pass import PassRunner, SlotPasses, StaticPass
 
 if TYPE_CHECKING:
     from verifier_svc.target_model import TargetModel
@@ -37,8 +39,9 @@ log = logging.getLogger(__name__)
 CPU_MIN_PASS_TOKENS = 4
 # With compiled passes: sessions whose lone passes run compiled (later ones run eagerly until a
 # slot frees), the entries a slot holds (a session past them runs eagerly), the pass sizes
-# compiled (a lone round of r tokens runs as the smallest size >= r; larger ones run eagerly)
-# and the fewest keys a static pass reads (static_pass.key_lengths).
+# compiled (a lone round of r tokens runs as the smallest size >= r; larger ones run eagerly;
+# one-token passes too where one-row copies exist: eagerly they read them faster than compiled,
+# docs/design/cpu-engine.md) and the fewest keys a static pass reads (static_pass.key_lengths).
 COMPILED_SLOTS = 4
 COMPILED_CONTEXT = 4096
 COMPILED_SIZES = (1, 2, 4, 8)
@@ -79,12 +82,13 @@ class CpuBackend(GenericBackend):
     tuning times F.linear faster; with `one_row`, one-row copies of their weights (float32, where
     memory allows) for one-token passes, until tuning times them no faster (untuned, or with
     compiled passes, they stay as made). With `compiled_passes`, a lone pass of a session in a
-    slot runs as a static pass with its layers compiled (cpu_compiled.py), weight first, and
-    tuning only times."""
+    slot (but a one-token pass where one-row copies exist) runs as a static pass with its layers
+    compiled (cpu_compiled.py), weight first, their compiled code kept in `compiled_store` (None:
+    in this process only), and tuning only times."""
 
     kind = "cpu"
 
-    def __init__(self, model: torch.nn.Module, compiled_passes: bool = False, one_row: bool = True) -> None:
+    def __init__(self, model: torch.nn.Module, compiled_passes: bool = False, one_row: bool = True, compiled_store: Path | None = None) -> None:
         super().__init__(model)
         self.linear_switch = linear_switch(model)
         self.weight_first = True
@@ -94,11 +98,10 @@ class CpuBackend(GenericBackend):
             self.one_row = self._make_one_row_copies()
         self.compiled: CompiledLayers | None = None
         if compiled_passes and model.config._attn_implementation in STATIC_ATTENTION:
-            self.compiled = compiled_layers(model)
+            self.compiled = compiled_layers(model, compiled_store)
             capacity = min(model.config.max_position_embeddings, COMPILED_CONTEXT)
-            self.passes = SlotPasses(
-                model, layer_windows(model.config), COMPILED_SLOTS, capacity, COMPILED_SIZES, self._compile, COMPILED_MIN_KEYS
-            )
+            sizes = [size for size in COMPILED_SIZES if size > 1 or not self.one_row]
+            self.passes = SlotPasses(model, layer_windows(model.config), COMPILED_SLOTS, capacity, sizes, self._compile, COMPILED_MIN_KEYS)
 
     def _make_one_row_copies(self) -> bool:
         """Make the one-row copies where the dtype gains and memory allows; whether made."""
@@ -134,16 +137,26 @@ class CpuBackend(GenericBackend):
     def kernels(self) -> contextlib.AbstractContextManager:
         return self.linear_switch.set(self.weight_first, self.one_row)
 
+    def lone_pass(self, cache: KVCache, start: int, real: int) -> PassRunner | None:
+        if real == 1 and self.one_row and self.compiled is not None:  # eagerly from the one-row copies (COMPILED_SIZES)
+            return None
+        return super().lone_pass(cache, start, real)
+
     def pass_counts(self) -> tuple[int, int]:
         return (CompiledPassRunner.made, CompiledPassRunner.runs) if self.passes else (0, 0)
 
     def prepare(self, target: TargetModel) -> None:
         """With compiled passes: compile every slot's pass of every shape (a few compiles cover
-        them all: cpu_compiled.py), before the verifier serves."""
-        if self.passes is not None:
+        them all: cpu_compiled.py), or read them from the store, before the verifier serves."""
+        if self.passes is not None and self.compiled is not None:
             began = time.perf_counter()
             self.passes.prepare()
-            log.info("%d compiled CPU passes ready in %.1f s (%d compiles)", len(self.passes.runners), time.perf_counter() - began, compiles())
+            steps = self.compiled.step
+            assert isinstance(steps, StoredSteps)
+            log.info(
+                "%d compiled CPU passes ready in %.1f s (%d compiled, %d read from %s)", len(self.passes.runners),
+                time.perf_counter() - began, steps.compiled, steps.loaded, steps.folder or "no store",
+            )
 
     @torch.inference_mode()
     def tune(self, target: TargetModel, context_tokens: int, max_tokens: int, repeats: int) -> list[float]:

@@ -11,39 +11,43 @@ docs/design/cpu-engine.md. Each compiled call pays dynamo's guard checks (~180 u
 call would keep only 1.09-1.17x. Two conditions hold while compiling: no freezing (freezing turns
 every fp32 linear into MKL's packed product, the slow matrix-vector path for one row), and the
 linear layers weight first (the pass runs under the backend's kernels(), so dynamo traces
-SwitchableLinear's weight-first branch).
+SwitchableLinear's weight-first branch). Where one-row copies exist (linear_layout.py), the
+eager one-token pass reads them faster than a compiled one (inductor lowers their one-row bmm to
+a slow multiply and sum), so compiled passes serve 2-8 tokens there (docs/design/cpu-engine.md).
 
-One compiled function serves every group of every runner (slots, sizes, key lengths); a shape
-that changes is made dynamic, so a few compiles cover every shape. `compiles()` counts them
-(dynamo's own counter of frames compiled) and `RECOMPILE_LIMIT` is raised to what every shape
-could need, so a shape past dynamo's default limit does not fall back to eager passes without a
-word.
+One compiled function serves every group of every runner (slots, sizes, key lengths), with
+dynamic shapes, so a few compiles cover every shape. They are compiled ahead of their first call
+and kept on disk (stored_steps.py): a later start with the same model, code and versions loads
+them in about a second instead of compiling for minutes. `compiles()` counts what this process
+compiled.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
-import torch._dynamo
 
 from verifier_svc.backends.compiled_layers import CompiledLayers
+from verifier_svc.backends.stored_steps import StoredSteps, store_key
 from verifier_svc.static_pass import StaticPass
 
 # Decoder layers a compiled call runs (docs/design/cpu-engine.md: five, measured).
 COMPILED_GROUP = 5
-# Dynamo recompiles a function at most this many times before running it eagerly for good;
-# generous: sizes x key lengths x group kinds, were none of them to share a compile.
-RECOMPILE_LIMIT = 64
 
 
-def compiled_layers(model: torch.nn.Module) -> CompiledLayers:
-    """The model's layers compiled COMPILED_GROUP a call, with dynamo's recompile limit raised."""
-    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
-    return CompiledLayers(model, group=COMPILED_GROUP)
+def compiled_layers(model: torch.nn.Module, store: Path | None) -> CompiledLayers:
+    """The model's layers compiled COMPILED_GROUP a call, their compiles kept under `store`
+    (None: in this process only), in a folder of this model, code, versions and thread count
+    (inductor's C++ kernels are written for it)."""
+    extra = {"group": COMPILED_GROUP, "threads": torch.get_num_threads()}
+    folder = None if store is None else store / store_key(model, extra)
+    return CompiledLayers(model, group=COMPILED_GROUP, step=StoredSteps(folder))
 
 
 def compiles() -> int:
-    """Frames dynamo has compiled in this process (each shape that needed a compile)."""
-    return int(torch._dynamo.utils.counters["stats"]["unique_graphs"])
+    """Layer groups this process has compiled (each class of shapes no stored compile took)."""
+    return StoredSteps.made
 
 
 class CompiledPassRunner:
@@ -55,11 +59,16 @@ class CompiledPassRunner:
 
     def __init__(self, static: StaticPass, layers: CompiledLayers) -> None:
         self.static, self.layers = static, layers
-        with layers.active():
-            static.forward()
+        self._forward()
         CompiledPassRunner.made += 1
 
     def run(self) -> torch.Tensor:
         CompiledPassRunner.runs += 1
-        with self.layers.active():
+        return self._forward()
+
+    def _forward(self) -> torch.Tensor:
+        """The pass outside inference mode, without gradients: its tensors normal ones whatever
+        the caller's mode, as when compiled (a stored compile's guards, read back, take an
+        inference tensor for another kind of tensor)."""
+        with torch.inference_mode(False), torch.no_grad(), self.layers.active():
             return self.static.forward()
