@@ -1,10 +1,12 @@
 """This checkout's defaults against another checkout's, on Spec-Bench prompts, in one run.
 
     python -m bench.checkout_ab --other ../previous --per-category 6 --temperature 0
+    python -m bench.checkout_ab --other . --other-verifier-arg=--cpu-compiled-passes=true
 
 For a change that must keep behaviour where it was measured to win (a redesign of the drafter or
 the verifier's pricing): two service pairs run side by side, one from this checkout and one from
-`--other` (specdec.launcher.LocalCluster's `checkout`). Each prompt runs
+`--other` (specdec.launcher.LocalCluster's `checkout`; `.` is this one, to compare a verifier
+setting given to the other's verifier by `--other-verifier-arg`). Each prompt runs
 `baseline` (this checkout, k = 0), `defaults` (this checkout) and `other-defaults`, in alternating
 order, like `specdec bench`. The table has each system's speedup over the one baseline; below it,
 per task, the median over prompts of defaults' tok/s over other-defaults' on the same prompt, with
@@ -54,6 +56,7 @@ def main(argv: Sequence[str]) -> int:
     p.add_argument("--max-new-tokens", type=int, default=128, metavar="N")
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--other-verifier-arg", action="append", default=[], metavar="ARG", help="an argument for the other checkout's verifier only (repeatable), e.g. --other-verifier-arg=--cpu-compiled-passes=true")
     add_prompts_flag(p)
     p.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
     args = p.parse_args(list(argv))
@@ -66,7 +69,7 @@ def main(argv: Sequence[str]) -> int:
     logs = Path(tempfile.mkdtemp(prefix="specdec-ab-"))
     with (
         LocalCluster(logs / "this", verifier_args=VERIFIER_ARGS) as this,
-        LocalCluster(logs / "other", verifier_args=VERIFIER_ARGS, checkout=args.other) as other,
+        LocalCluster(logs / "other", verifier_args=[*VERIFIER_ARGS, *args.other_verifier_arg], checkout=args.other) as other,
         Client(this.address) as this_client,
         Client(other.address) as other_client,
     ):
@@ -85,7 +88,8 @@ def main(argv: Sequence[str]) -> int:
     stamp = started.strftime("%Y%m%d-%H%M%S")
     args.out.mkdir(parents=True, exist_ok=True)
     report = (
-        f"# This checkout ({machine['git_commit']}) against {args.other} ({git_commit(args.other)})\n\n"
+        f"# This checkout ({machine['git_commit']}) against {args.other} ({git_commit(args.other)})"
+        f"{' with ' + ' '.join(args.other_verifier_arg) if args.other_verifier_arg else ''}\n\n"
         f"`python -m bench.checkout_ab {' '.join(argv)}`, {started:%Y-%m-%d %H:%M} UTC, {elapsed:.0f} s; "
         f"{len(prompts)} prompts, {args.max_new_tokens} new tokens, temperature {args.temperature}; "
         f"load average {machine.get('load_average')} at start.\n\n"
