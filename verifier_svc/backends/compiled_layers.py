@@ -31,7 +31,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
-import torch._dynamo
 from transformers import PretrainedConfig
 
 from verifier_svc.backends.compiled_blocks import CompiledBlocks, calls_installed
@@ -82,11 +81,6 @@ def cache_argument(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | int |
 
 
 _compiled_step: Callable[..., torch.Tensor] | None = None
-
-
-def dynamo_compiles() -> int:
-    """Frames dynamo has compiled in this process (compiled_step's shapes among them)."""
-    return int(torch._dynamo.utils.counters["stats"]["unique_graphs"])
 
 
 def compiled_step() -> Callable[..., torch.Tensor]:

@@ -138,7 +138,9 @@ class CpuBackend(GenericBackend):
         return self.linear_switch.set(self.weight_first, self.one_row)
 
     def lone_pass(self, cache: KVCache, start: int, real: int) -> PassRunner | None:
-        if real == 1 and self.one_row and self.compiled is not None:  # eagerly from the one-row copies (COMPILED_SIZES)
+        """None (an eager pass) for fewer tokens than the smallest static size: a one-token pass
+        where one-row copies exist (COMPILED_SIZES); otherwise the slot's static pass."""
+        if self.passes is not None and real < self.passes.sizes[0]:
             return None
         return super().lone_pass(cache, start, real)
 
