@@ -1,4 +1,10 @@
-"""Peers: llama.cpp (through llama-cpp-python) on the same GGUF file the verifier dequantizes.
+"""Peers: llama.cpp (through llama-cpp-python) on the model the verifier serves, at its dtype.
+
+The verifier dequantizes the default GGUF (Q4_1) and serves it in float32 (or the `--dtype`
+asked). llama.cpp gets the same values at the same width: the shipped GGUF re-typed by
+llama.cpp's own quantizer (`llama_model_quantize`, requantizing allowed) to F32, BF16 or F16,
+written once under `<cache>/llama-cpp/`. A peer on the shipped Q4_1 reads a quarter of the
+bytes a float32 pass reads; comparing the two measures the weights' width, not the engines.
 
 `llama-cpp` is plain decoding; `llama-cpp-prompt-lookup` uses llama-cpp-python's prompt lookup
 draft (`LlamaPromptLookupDecoding`), its built-in n-gram drafter. Both get the token ids our
@@ -18,12 +24,36 @@ import time
 from pathlib import Path
 
 from bench.systems import Decoding, Output
-from specdec.model_files import default_gguf
+from specdec.model_files import cache_root, default_gguf
 from specdec.tokenizer import Tokenizer
 
 PROMPT_LOOKUP_NUM_TOKENS = 10
 CONTEXT_TOKENS = 4096
 MISSING = "llama.cpp peers skipped: llama-cpp-python is not installed (pip install -e '.[llama]'; compiles ~20 min)"
+# The verifier's dtype -> llama.cpp's file type for the same width (llama.h's LLAMA_FTYPE_*).
+GGUF_TYPES: dict[str, tuple[str, int]] = {"float32": ("F32", 0), "float16": ("F16", 1), "bfloat16": ("BF16", 32)}
+
+
+def retyped_gguf(source: Path, dtype: str) -> Path:
+    """`source` re-typed by llama.cpp's quantizer to the width of `dtype`, made once and cached."""
+    import llama_cpp
+
+    name, ftype = GGUF_TYPES[dtype]
+    folder = cache_root() / "llama-cpp"
+    target = folder / f"{source.stem}.{name}.gguf"
+    if target.is_file():
+        return target
+    folder.mkdir(parents=True, exist_ok=True)
+    partial = target.with_suffix(f".partial-{os.getpid()}")
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = ftype
+    params.allow_requantize = True
+    params.nthread = os.cpu_count() or 1
+    if llama_cpp.llama_model_quantize(str(source).encode(), str(partial).encode(), params) != 0:
+        partial.unlink(missing_ok=True)
+        raise RuntimeError(f"llama.cpp could not re-type {source} to {name}")
+    partial.replace(target)
+    return target
 
 
 class LlamaCppSystem:
@@ -65,13 +95,13 @@ class LlamaCppSystem:
         return Output(new, self._tokenizer.decode(new), finish, wall, len(ids), time_to_first_token_seconds=ttft)
 
 
-def llama_cpp_peers(tokenizer: Tokenizer) -> tuple[list[LlamaCppSystem], str | None]:
-    """The llama.cpp peers on the default GGUF, or none and the reason."""
+def llama_cpp_peers(tokenizer: Tokenizer, dtype: str = "float32") -> tuple[list[LlamaCppSystem], str | None]:
+    """The llama.cpp peers on the default model at the width of `dtype`, or none and the reason."""
     try:
         import llama_cpp  # noqa: F401
     except ImportError:
         return [], MISSING
-    gguf = default_gguf()
+    gguf = retyped_gguf(default_gguf(), dtype)
     return [
         LlamaCppSystem("llama-cpp", gguf, tokenizer, prompt_lookup=False),
         LlamaCppSystem("llama-cpp-prompt-lookup", gguf, tokenizer, prompt_lookup=True),

@@ -46,6 +46,7 @@ def describe() -> dict[str, object]:
         "torch": _version("torch"),
         "transformers": _version("transformers"),
         "grpcio": _version("grpcio"),
+        "llama_cpp_python": _version("llama_cpp_python"),
         "specdec": _version("specdec"),
         "git_commit": git_commit(Path(__file__).resolve().parents[1]),
     }

@@ -41,12 +41,12 @@ class FirstTokenClock(BaseStreamer):
 
 
 class HFModel:
-    """The default model and its tokenizer, loaded once (float32 on CPU, as the verifier does)."""
+    """The default model and its tokenizer, loaded once in the dtype the verifier serves."""
 
-    def __init__(self, source: str = "default") -> None:
+    def __init__(self, source: str = "default", dtype: torch.dtype = torch.float32) -> None:
         folder = model_dir(source)
         self.tokenizer: PreTrainedTokenizerBase = AutoTokenizer.from_pretrained(str(folder))
-        self.model: PreTrainedModel = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval()
+        self.model: PreTrainedModel = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype).eval()
         eos = self.model.generation_config.eos_token_id
         self.eos_token_ids: frozenset[int] = frozenset(eos if isinstance(eos, list) else [eos])
 
@@ -93,12 +93,12 @@ class HFSystem:
         return Output(new, tok.decode(new, skip_special_tokens=True), finish, wall, len(ids), time_to_first_token_seconds=ttft)
 
 
-def hf_peers(assistant_dir: Path | None = None) -> list[HFSystem]:
-    """hf-generate, hf-prompt-lookup, and hf-assisted when a draft model folder is given."""
-    hf = HFModel()
+def hf_peers(assistant_dir: Path | None = None, dtype: torch.dtype = torch.float32) -> list[HFSystem]:
+    """hf-generate, hf-prompt-lookup, and hf-assisted when a draft model folder is given, in `dtype`."""
+    hf = HFModel(dtype=dtype)
     peers = [HFSystem(TRANSFORMERS_REFERENCE, hf), HFSystem("hf-prompt-lookup", hf, PROMPT_LOOKUP_NUM_TOKENS)]
     if assistant_dir is not None:
-        assistant = AutoModelForCausalLM.from_pretrained(str(assistant_dir), dtype=torch.float32).eval()
+        assistant = AutoModelForCausalLM.from_pretrained(str(assistant_dir), dtype=dtype).eval()
         assistant.generation_config.num_assistant_tokens = ASSISTANT_NUM_TOKENS
         peers.append(HFSystem("hf-assisted", hf, assistant=assistant))
     return peers

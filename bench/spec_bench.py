@@ -31,6 +31,7 @@ from specdec.client import Client
 from specdec.launcher import LocalCluster
 
 QUICK = {"per_category": 2, "max_new_tokens": 64}
+DTYPES = ("float32", "bfloat16", "float16")
 DEFAULTS = {"per_category": 10, "max_new_tokens": 128}
 WARM_UP_MESSAGES = [{"role": "user", "content": "Say hello."}]
 
@@ -57,6 +58,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--assistant", type=Path, default=None, metavar="DIR",
                    help="transformers model folder of the draft model for hf-assisted (default: the distilled small "
                         "drafter of `specdec draft build small`, if built)")
+    p.add_argument("--dtype", choices=DTYPES, default="float32",
+                   help="the verifier's --dtype (default float32); the peers run the model at the same width: "
+                        "transformers in this dtype, llama.cpp on the GGUF re-typed to F32, BF16 or F16")
     p.add_argument("--temperature", type=float, default=0.0, help="0 (default) is greedy and checks outputs")
     p.add_argument("--seed", type=int, default=0, help="sampling seed; prompt i uses seed + i")
     p.add_argument("--policies-of", type=Path, default=None, metavar="JSON",
@@ -163,8 +167,10 @@ def _write(args: argparse.Namespace, argv: Sequence[str], started: datetime, ela
     """Print the Markdown report and write it, with a JSON of everything, under args.out."""
     title = (f"Spec-Bench, {len(records) // len(systems)} prompts ({args.per_category} per row), "
              f"{args.max_new_tokens} new tokens, temperature {args.temperature}, {started:%Y-%m-%d %H:%M} UTC")
-    machine_line = (f"{machine['cpu_model']}, {machine['usable_cpus']} CPUs, torch {machine['torch']}, "
-                    f"Python {machine['python']}, commit {str(machine['git_commit'])[:12]}, run took {elapsed:.0f} s")
+    llama = f", llama-cpp-python {machine['llama_cpp_python']}" if machine.get("llama_cpp_python") else ""
+    machine_line = (f"{machine['cpu_model']}, {machine['usable_cpus']} CPUs, torch {machine['torch']}{llama}, "
+                    f"Python {machine['python']}, commit {str(machine['git_commit'])[:12]}, {args.dtype}, "
+                    f"run took {elapsed:.0f} s")
     legend = ("tok/s: new tokens / wall seconds of one generate call (prefill included); "
               "columns explained in docs/benchmarks.md")
     notes = "".join(f"\n- warning: {w}" for w in warnings)
@@ -202,8 +208,10 @@ def default_assistant() -> Path | None:
     return folder if (folder / "config.json").is_file() else None
 
 
-def _peers(assistant: Path | None, skipped: list[str]) -> list[System]:
-    """The peers that can run here; why the others cannot is appended to `skipped`."""
+def _peers(assistant: Path | None, dtype: str, skipped: list[str]) -> list[System]:
+    """The peers that can run here, at `dtype`'s width; why the others cannot is appended to `skipped`."""
+    import torch
+
     from bench.llama_cpp_peers import llama_cpp_peers
     from bench.peers import hf_peers  # imports torch and transformers: only for peers
     from specdec.model_files import tokenizer_dir
@@ -212,8 +220,8 @@ def _peers(assistant: Path | None, skipped: list[str]) -> list[System]:
     assistant = assistant or default_assistant()
     if assistant is None:
         skipped.append("hf-assisted skipped: no draft model (build one with `specdec draft build small`, or pass --assistant)")
-    peers: list[System] = [*hf_peers(assistant)]
-    llama, why = llama_cpp_peers(Tokenizer(tokenizer_dir("default")))
+    peers: list[System] = [*hf_peers(assistant, getattr(torch, dtype))]
+    llama, why = llama_cpp_peers(Tokenizer(tokenizer_dir("default")), dtype)
     peers += llama
     if why:
         skipped.append(why)
@@ -241,10 +249,11 @@ def main(argv: Sequence[str]) -> int:
     # The verifier's prefix cache off: every system runs every prompt, so with it on, the system
     # that runs a prompt first (systems alternate order) pays its prefill and the rest get it free
     # (and the peers, which have no such cache, always pay it).
-    with LocalCluster(log_dir, verifier_args=["--prefix-cache-tokens", "0"]) as cluster, Client(cluster.address) as client:
+    verifier_args = ["--prefix-cache-tokens", "0", "--dtype", args.dtype]
+    with LocalCluster(log_dir, verifier_args=verifier_args) as cluster, Client(cluster.address) as client:
         systems: list[System] = [SpecdecSystem(client, c) for c in configs]
         if args.peers:
-            systems += _peers(args.assistant, skipped)
+            systems += _peers(args.assistant, args.dtype, skipped)
         print(f"{len(prompts)} prompts x {len(systems)} systems, {args.max_new_tokens} new tokens, "
               f"temperature {args.temperature}; service logs in {log_dir}", file=sys.stderr, flush=True)
         t0 = time.perf_counter()
