@@ -28,9 +28,7 @@ from specdec.model_files import cache_root, default_gguf
 from specdec.tokenizer import Tokenizer
 
 PROMPT_LOOKUP_NUM_TOKENS = 10
-# The model's trained context: Spec-Bench's RAG prompts reach ~4,000 tokens, and with a draft
-# llama-cpp-python keeps logits for every position up to n_ctx (4,096 overflowed on one of them).
-CONTEXT_TOKENS = 8192
+CONTEXT_TOKENS = 4096
 MISSING = "llama.cpp peers skipped: llama-cpp-python is not installed (pip install -e '.[llama]'; compiles ~20 min)"
 # The verifier's dtype -> llama.cpp's file type for the same width (llama.h's LLAMA_FTYPE_*).
 GGUF_TYPES: dict[str, tuple[str, int]] = {"float32": ("F32", 0), "float16": ("F16", 1), "bfloat16": ("BF16", 32)}
@@ -68,8 +66,12 @@ class LlamaCppSystem:
         self.name = name
         self._tokenizer = tokenizer
         draft = LlamaPromptLookupDecoding(num_pred_tokens=PROMPT_LOOKUP_NUM_TOKENS) if prompt_lookup else None
+        # With a draft, llama-cpp-python keeps every position's logits but sizes their array by
+        # `logits_all` as passed (one batch of rows): asked for here, or prompts that prefill more
+        # than a batch fail with a broadcast error. Its prefill computes those logits either way.
         self._llm = Llama(
-            model_path=str(gguf), n_ctx=CONTEXT_TOKENS, n_threads=os.cpu_count(), draft_model=draft, verbose=False
+            model_path=str(gguf), n_ctx=CONTEXT_TOKENS, n_threads=os.cpu_count(), draft_model=draft,
+            logits_all=prompt_lookup, verbose=False,
         )
         self._eos = {self._llm.token_eos(), *tokenizer.eos_token_ids}
 
