@@ -2,11 +2,12 @@
 
     python -m bench.checkout_ab --other ../previous --per-category 6 --temperature 0
     python -m bench.checkout_ab --other . --other-verifier-arg=--cpu-compiled-passes=true
+    python -m bench.checkout_ab --other . --verifier-arg=--dtype=bfloat16 --other-verifier-arg=--cpu-float32-copies=false
 
 For a change that must keep behaviour where it was measured to win (a redesign of the drafter or
 the verifier's pricing): two service pairs run side by side, one from this checkout and one from
 `--other` (specdec.launcher.LocalCluster's `checkout`; `.` is this one, to compare a verifier
-setting given to the other's verifier by `--other-verifier-arg`). Each prompt runs
+setting given to the other's verifier by `--other-verifier-arg`; `--verifier-arg` goes to both). Each prompt runs
 `baseline` (this checkout, k = 0), `defaults` (this checkout) and `other-defaults`, in alternating
 order, like `specdec bench`. The table has each system's speedup over the one baseline; below it,
 per task, the median over prompts of defaults' tok/s over other-defaults' on the same prompt, with
@@ -56,6 +57,7 @@ def main(argv: Sequence[str]) -> int:
     p.add_argument("--max-new-tokens", type=int, default=128, metavar="N")
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--verifier-arg", action="append", default=[], metavar="ARG", help="an argument for both verifiers (repeatable), e.g. --verifier-arg=--dtype=bfloat16")
     p.add_argument("--other-verifier-arg", action="append", default=[], metavar="ARG", help="an argument for the other checkout's verifier only (repeatable), e.g. --other-verifier-arg=--cpu-compiled-passes=true")
     add_prompts_flag(p)
     p.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
@@ -68,8 +70,8 @@ def main(argv: Sequence[str]) -> int:
     machine = describe()
     logs = Path(tempfile.mkdtemp(prefix="specdec-ab-"))
     with (
-        LocalCluster(logs / "this", verifier_args=VERIFIER_ARGS) as this,
-        LocalCluster(logs / "other", verifier_args=[*VERIFIER_ARGS, *args.other_verifier_arg], checkout=args.other) as other,
+        LocalCluster(logs / "this", verifier_args=[*VERIFIER_ARGS, *args.verifier_arg]) as this,
+        LocalCluster(logs / "other", verifier_args=[*VERIFIER_ARGS, *args.verifier_arg, *args.other_verifier_arg], checkout=args.other) as other,
         Client(this.address) as this_client,
         Client(other.address) as other_client,
     ):

@@ -64,6 +64,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--cuda-compiled", choices=list(COMPILED), default="layers", help="on CUDA, what is compiled inside the recorded graphs (the verifier's --cuda-compiled)")
     p.add_argument("--cpu-compiled", action="store_true", help="on CPU, lone passes as static passes with compiled layers (the verifier's --cpu-compiled-passes true)")
     p.add_argument("--no-one-row-copies", action="store_true", help="on CPU, no one-row copies of the linear weights (the verifier's --cpu-one-row-copies false)")
+    p.add_argument("--no-float32-copies", action="store_true", help="on CPU in bfloat16, no float32 copies of the linear weights (the verifier's --cpu-float32-copies false)")
     p.add_argument("--json", type=Path, default=None, help="also write the results here")
     return p.parse_args(argv)
 
@@ -143,7 +144,7 @@ def plain_decode_through_services(args: argparse.Namespace) -> dict[str, float]:
     prompt = "Once upon a time, in a lighthouse on a rocky island far from the coast, there lived an old keeper who"
     verifier = ["--model", args.model, "--device", args.device, "--dtype", args.dtype, "--cuda-graphs", str(not args.no_graphs).lower(),
                 "--cuda-compiled", args.cuda_compiled, "--cpu-compiled-passes", str(args.cpu_compiled).lower(),
-                "--cpu-one-row-copies", str(not args.no_one_row_copies).lower()]
+                "--cpu-one-row-copies", str(not args.no_one_row_copies).lower(), "--cpu-float32-copies", str(not args.no_float32_copies).lower()]
     with tempfile.TemporaryDirectory() as logs, LocalCluster(Path(logs), verifier_args=verifier, drafter_args=["--drafter", "copy"]) as c:
         with grpc.insecure_channel(c.verifier.address) as channel:
             price = verifier_pb2_grpc.VerifierStub(channel).GetModelInfo(verifier_pb2.GetModelInfoRequest(), timeout=10).price
@@ -188,9 +189,10 @@ def pass_curve(target: TargetModel, batches: Sequence[int], context: int, max_ne
 
 def device_options(args: argparse.Namespace) -> str:
     """The report heading's note of the device's options: CUDA ones turned off, compiled CPU
-    passes on, one-row copies off."""
+    passes on, weight copies off."""
     if args.device == "cpu":
-        return (", compiled lone passes" if args.cpu_compiled else "") + (", no one-row copies" if args.no_one_row_copies else "")
+        return (", compiled lone passes" if args.cpu_compiled else "") + (", no one-row copies" if args.no_one_row_copies else "") + (
+            ", no float32 copies" if args.no_float32_copies else "")
     return ", CUDA graphs off" if args.no_graphs else f", graphs with {args.cuda_compiled} compiled"
 
 
@@ -201,7 +203,8 @@ def report(args: argparse.Namespace, results: dict) -> str:
         "",
         f"machine: {results['machine']['cpu_model']}, {results['machine']['usable_cpus']} usable CPUs, torch {results['machine']['torch']}, "
         f"commit {results['machine']['git_commit']}; {args.context} cached tokens a session; medians of {args.repeats}"
-        + ("; one-row copies kept by the start-up timing" if results.get("one_row") else ""),
+        + ("; one-row copies kept by the start-up timing" if results.get("one_row") else "")
+        + ("; float32 copies kept by the start-up timing" if results.get("float32_rows") else ""),
         "",
         "| quantity | ms/token | tok/s | / floor |",
         "|---|---|---|---|",
@@ -236,9 +239,11 @@ def main(argv: Sequence[str]) -> int:
     torch.manual_seed(0)
     # Loaded, warmed and tuned as the verifier service does it.
     target, _ = load_target(VerifierSettings(model=args.model, device=args.device, dtype=args.dtype, cuda_graphs=not args.no_graphs, cuda_compiled=args.cuda_compiled,
-                                       cpu_compiled_passes=args.cpu_compiled, cpu_one_row_copies=not args.no_one_row_copies))
+                                       cpu_compiled_passes=args.cpu_compiled, cpu_one_row_copies=not args.no_one_row_copies,
+                                       cpu_float32_copies=not args.no_float32_copies))
     model = target.model
-    results: dict = {"machine": describe(), "args": {k: str(v) for k, v in vars(args).items()}, "one_row": getattr(target.backend, "one_row", False)}
+    results: dict = {"machine": describe(), "args": {k: str(v) for k, v in vars(args).items()}, "one_row": getattr(target.backend, "one_row", False),
+                     "float32_rows": getattr(target.backend, "float32_rows", False)}
     bandwidth = read_bandwidth(args.device)
     weights = weight_bytes(model)
     results["floor"] = {"weight_mb": weights / 1e6, "read_gbs": bandwidth / 1e9, "ms": 1000 * weights / bandwidth}

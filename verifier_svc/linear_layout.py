@@ -22,6 +22,15 @@ ms; a whole one-token pass 92.9 -> 73.8 ms median (docs/design/one-row-copies.md
 doubles the memory of the linear weights, so `one_row_copies` makes it only where memory
 allows, and the CPU backend keeps it only where its start-up timing finds it faster.
 
+In bfloat16 (and float16), where this CPU has no matrix unit for them, products of
+FLOAT32_MIN_ROWS rows or more run faster from a float32 copy of the weights (`float32_copies`):
+the rows upcast, the product in float32, the output rounded back. A product of two bfloat16
+values is exact in float32 and both sum in float32, so again only the summation order differs.
+Fewer rows keep the bfloat16 weights, which F.linear reads at half the bytes. Over the 211
+weights, bfloat16 F.linear against the float32 copy weight first, ms (one run): 1 row 27.5 /
+65.3, 2 rows 41.4 / 71.9, 4 rows 74.7 / 73.2, 8 rows 147.6 / 94.5, 64 rows 1,081 / 242
+(docs/design/float32-copies.md).
+
 `linear_switch(model)` makes the model's nn.Linear layers switchable; they run weight first only
 while a pass has switched them on (TargetModel, which also times both layouts when it tunes its
 pass sizes), so transformers' own use of the same model object (generate, an ONNX export) is
@@ -39,6 +48,8 @@ import torch
 # or faster at 1-11 and 16-64 rows (slower at 12-15 alone, which lone passes pad to 16: see
 # batch_planner.py), and not beyond.
 MAX_WEIGHT_FIRST_ROWS = 64
+# Products of this many rows or more read a float32 copy of narrow weights where one is made.
+FLOAT32_MIN_ROWS = 4
 
 
 def weight_first_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -73,35 +84,51 @@ def copy_blocks(in_features: int, threads: int) -> int:
     return max(b for b in range(1, max(threads, 1) + 1) if in_features % b == 0)
 
 
+def float32_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """F.linear(x, weight, bias) for x of a narrower float dtype and `weight` its weight's float32
+    copy: computed in float32 (weight first up to MAX_WEIGHT_FIRST_ROWS rows), returned in x's dtype."""
+    wide, wide_bias = x.float(), None if bias is None else bias.float()
+    if x.numel() <= MAX_WEIGHT_FIRST_ROWS * x.shape[-1]:
+        return weight_first_linear(wide, weight, wide_bias).to(x.dtype)
+    return torch.nn.functional.linear(wide, weight, wide_bias).to(x.dtype)
+
+
 class LinearSwitch:
-    """Whether the model's switchable linear layers run weight first now, and whether a one-row
-    product reads their one-row copies (off between passes)."""
+    """Whether the model's switchable linear layers run weight first now, whether a one-row
+    product reads their one-row copies, and whether a product of FLOAT32_MIN_ROWS rows or more
+    reads their float32 copies (all off between passes)."""
 
     def __init__(self) -> None:
         self.weight_first = False
         self.one_row = False
+        self.float32_rows = False
 
     @contextlib.contextmanager
-    def set(self, weight_first: bool, one_row: bool = False) -> Iterator[None]:
-        """Run the layers weight first (or not), one-row products from the copies where made (or
-        not), for the span of one pass. Passes run on one thread."""
-        previous = self.weight_first, self.one_row
-        self.weight_first, self.one_row = weight_first, one_row
+    def set(self, weight_first: bool, one_row: bool = False, float32_rows: bool = False) -> Iterator[None]:
+        """Run the layers weight first (or not), one-row products from the one-row copies and
+        products of FLOAT32_MIN_ROWS rows or more from the float32 copies where made (or not), for
+        the span of one pass. Passes run on one thread."""
+        previous = self.weight_first, self.one_row, self.float32_rows
+        self.weight_first, self.one_row, self.float32_rows = weight_first, one_row, float32_rows
         try:
             yield
         finally:
-            self.weight_first, self.one_row = previous
+            self.weight_first, self.one_row, self.float32_rows = previous
 
 
 class SwitchableLinear(torch.nn.Linear):
-    """nn.Linear that computes weight first while its switch says so, for up to
-    MAX_WEIGHT_FIRST_ROWS rows, and one row from its one-row copy where it has one."""
+    """nn.Linear that computes FLOAT32_MIN_ROWS rows or more from its float32 copy where it has
+    one and the switch says so; else weight first while the switch says so, for up to MAX_WEIGHT_FIRST_ROWS rows, and
+    one row from its one-row copy where it has one."""
 
     switch: LinearSwitch
     one_row_weight: torch.Tensor | None = None
+    float32_weight: torch.Tensor | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         size = x.numel()
+        if self.switch.float32_rows and self.float32_weight is not None and size >= FLOAT32_MIN_ROWS * self.in_features:
+            return float32_linear(x, self.float32_weight, self.bias)
         if self.switch.weight_first and size <= MAX_WEIGHT_FIRST_ROWS * self.in_features:
             if self.switch.one_row and self.one_row_weight is not None and size == self.in_features:
                 return one_row_linear(x, self.one_row_weight, self.bias)
@@ -147,3 +174,22 @@ def drop_one_row_copies(model: torch.nn.Module) -> None:
     """Free the layers' one-row copies (a one-row product then runs weight first)."""
     for layer in switchable_layers(model):
         layer.one_row_weight = None
+
+
+@torch.no_grad()
+def float32_copies(model: torch.nn.Module) -> int:
+    """Give each switchable linear layer a float32 copy of its weight (layers sharing a weight
+    share its copy); returns the bytes made."""
+    made: dict[int, torch.Tensor] = {}
+    for layer in switchable_layers(model):
+        key = id(layer.weight)
+        if key not in made:
+            made[key] = layer.weight.detach().float()
+        layer.float32_weight = made[key]
+    return sum(copy.numel() * copy.element_size() for copy in made.values())
+
+
+def drop_float32_copies(model: torch.nn.Module) -> None:
+    """Free the layers' float32 copies."""
+    for layer in switchable_layers(model):
+        layer.float32_weight = None

@@ -61,6 +61,10 @@ class VerifierSettings:
         default=True,
         metadata={"group": "performance", "help": "on CPU in float32, keep a second copy of the linear weights laid out for one-token passes (plain decoding steps), which read it faster with one block a thread; made only where at least half the available memory stays free, and, where pass sizes are tuned without compiled passes, kept only where start-up timing finds it faster (doubles the linear weights' memory; linear_layout.py)"},
     )
+    cpu_float32_copies: bool = field(
+        default=True,
+        metadata={"group": "performance", "help": "on CPU in bfloat16 or float16, keep a float32 copy of the linear weights for products of 4 rows or more (speculation's rounds, batched passes, prefills), which this CPU runs faster in float32; plain decoding keeps the narrow weights; only the summation order changes; made only where at least half the available memory stays free, and, where pass sizes are tuned without compiled passes, kept only where start-up timing finds 8-token passes faster (adds twice the narrow linear weights' memory; linear_layout.py)"},
+    )
     cpus: str = field(default="", metadata={"group": "performance", "help": "CPU list to pin this process to, e.g. 0 or 0-1,3 (empty: all it may use)"})
     torch_threads: int = field(default=0, metadata={"group": "performance", "help": "torch intra-op threads (0: one per --cpus CPU if pinned, else torch's default)"})
     grace_seconds: float = field(default=20.0, metadata={"group": "server", "help": "on SIGTERM, how long running streams may finish"})

@@ -26,14 +26,16 @@ class TargetModel:
 
     def __init__(
         self, model: PreTrainedModel, name: str, graphs: bool = True, cuda_compiled: str = "layers", compiled_passes: bool = False,
-        one_row_copies: bool = True, compiled_store: Path | None = None,
+        one_row_copies: bool = True, compiled_store: Path | None = None, float32_copies: bool = True,
     ) -> None:
         """`graphs`: let the backend replay lone passes as recorded graphs where it can (CUDA);
         `cuda_compiled`: record them with the model's decoder layers compiled ("layers"), its
         norms and MLPs ("blocks") or nothing ("none");
         `compiled_passes`: on CPU, run lone passes as compiled static passes, their compiled code
         kept in `compiled_store` (None: in this process only);
-        `one_row_copies`: on CPU, let one-token passes read a one-row copy of the linear weights."""
+        `one_row_copies`: on CPU, let one-token passes read a one-row copy of the linear weights;
+        `float32_copies`: on CPU, let products of 4 rows or more read float32 copies of bfloat16
+        or float16 linear weights."""
         self.model = model
         self.name = name
         self.device = next(model.parameters()).device
@@ -42,7 +44,7 @@ class TargetModel:
         self.context_length: int = model.config.max_position_embeddings
         self.layers = layer_windows(model.config)
         # What only this device kind needs (kernels, layouts, padding, tuning): backends/.
-        self.backend: Backend = backend_for(model, graphs, cuda_compiled, compiled_passes, one_row_copies, compiled_store)
+        self.backend: Backend = backend_for(model, graphs, cuda_compiled, compiled_passes, one_row_copies, compiled_store, float32_copies)
         # pass_tokens[r - 1]: the tokens a lone pass of r real tokens runs with (padding the
         # rest); past its end, r itself.
         self.pass_tokens: list[int] = [1]

@@ -35,7 +35,7 @@ def test_weight_bytes_counts_a_tied_weight_once() -> None:
 
 def test_report_shows_floor_curve_and_breakdown() -> None:
     args = argparse.Namespace(model="default", device="cpu", dtype="float32", context=256, repeats=5, no_graphs=False, cuda_compiled="layers", cpu_compiled=False,
-                              no_one_row_copies=False)
+                              no_one_row_copies=False, no_float32_copies=False)
     results = {
         "machine": {"cpu_model": "test cpu", "usable_cpus": 2, "torch": "2.13.0", "git_commit": "abc"},
         "floor": {"weight_mb": 538.0, "read_gbs": 48.0, "ms": 11.2},
@@ -56,10 +56,14 @@ def test_report_shows_floor_curve_and_breakdown() -> None:
     assert text.startswith("# Engine profile: default on cpu, float32\n")
     assert "one-row copies kept" not in text
     assert "; one-row copies kept by the start-up timing\n" in report(args, {**results, "one_row": True})
+    assert "; float32 copies kept by the start-up timing\n" in report(args, {**results, "float32_rows": True})
     args.cpu_compiled = True
     assert report(args, results).startswith("# Engine profile: default on cpu, float32, compiled lone passes\n")
     args.no_one_row_copies = True
     assert report(args, results).startswith("# Engine profile: default on cpu, float32, compiled lone passes, no one-row copies\n")
+    args.dtype, args.cpu_compiled, args.no_one_row_copies, args.no_float32_copies = "bfloat16", False, False, True
+    assert report(args, results).startswith("# Engine profile: default on cpu, bfloat16, no float32 copies\n")
+    args.dtype = "float32"
     args.device, args.no_graphs = "cuda", True
     assert report(args, results).startswith("# Engine profile: default on cuda, float32, CUDA graphs off\n")
     args.no_graphs, args.cuda_compiled = False, "blocks"

@@ -112,43 +112,52 @@ def test_tuning_stops_at_its_budget_and_then_pads_nothing(monkeypatch) -> None: 
     assert seconds == [] and target.pass_tokens == [1] and target.pass_seconds == [] and layout.weight_first
 
 
-class _OneRowTarget:
-    """A target whose one-token passes take cost(turn, one_row) on a fake clock."""
+class _CopiesTarget:
+    """A target whose passes of `tokens` tokens take cost(turn, copies on) on a fake clock."""
 
-    def __init__(self, layout: CpuBackend, cost, clock: list[float]) -> None:  # type: ignore[no-untyped-def]
-        self.layout, self.cost, self.clock, self.passes = layout, cost, clock, 0
+    def __init__(self, layout: CpuBackend, copies: str, cost, clock: list[float]) -> None:  # type: ignore[no-untyped-def]
+        self.layout, self.copies, self.cost, self.clock, self.passes = layout, copies, cost, clock, 0
+        self.tokens = 1 if copies == "one_row" else cpu_tuning.FLOAT32_ROWS_TOKENS
 
     def new_cache(self) -> _Cache:
         return _Cache()
 
     def score(self, cache: _Cache, pending: list[int], tree) -> None:  # type: ignore[no-untyped-def]
-        if len(pending) + len(tree) == 1:  # not the prefill
+        if len(pending) == 1:  # not the prefill
+            assert 1 + len(tree) == self.tokens
             self.passes += 1
-            self.clock[0] += self.cost(self.passes, self.layout.one_row)
+            self.clock[0] += self.cost(self.passes, getattr(self.layout, self.copies))
 
 
-def _keep_one_row(cost, monkeypatch) -> tuple[bool, CpuBackend]:  # type: ignore[no-untyped-def]
-    clock = [0.0]
-    monkeypatch.setattr(cpu_tuning.time, "perf_counter", lambda: clock[0])
-    monkeypatch.setattr("verifier_svc.backends.pass_timing.time.perf_counter", lambda: clock[0])
-    layout = CpuBackend(torch.nn.Sequential(torch.nn.Linear(2, 2)))
-    layout.weight_first = False
-    kept = cpu_tuning.keep_one_row_copies(_OneRowTarget(layout, cost, clock), layout, context_tokens=8)  # type: ignore[arg-type]
-    assert layout.weight_first and layout.one_row is kept  # timed weight first, left as decided
-    return kept, layout
+@pytest.fixture(params=["one_row", "float32_rows"])
+def keep(request, monkeypatch):  # type: ignore[no-untyped-def]
+    """keep(cost): whether cpu_tuning.keep_copies keeps the copies (each kind) on a fake clock."""
+
+    def decide(cost) -> bool:  # type: ignore[no-untyped-def]
+        clock = [0.0]
+        monkeypatch.setattr(cpu_tuning.time, "perf_counter", lambda: clock[0])
+        monkeypatch.setattr("verifier_svc.backends.pass_timing.time.perf_counter", lambda: clock[0])
+        layout = CpuBackend(torch.nn.Sequential(torch.nn.Linear(2, 2)))
+        layout.weight_first = False
+        target = _CopiesTarget(layout, request.param, cost, clock)
+        kept = cpu_tuning.keep_copies(target, layout, request.param, context_tokens=8)  # type: ignore[arg-type]
+        assert layout.weight_first and getattr(layout, request.param) is kept  # timed weight first, left as decided
+        assert target.passes == 2 * cpu_tuning.COPY_TURNS
+        return kept
+
+    return decide
 
 
-def test_one_row_copies_are_kept_only_where_they_pay(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    assert _keep_one_row(lambda turn, one_row: 0.030 if one_row else 0.040, monkeypatch)[0]
-    assert not _keep_one_row(lambda turn, one_row: 0.0395 if one_row else 0.040, monkeypatch)[0]  # within MIN_GAIN
-    assert not _keep_one_row(lambda turn, one_row: 0.050 if one_row else 0.040, monkeypatch)[0]
+def test_weight_copies_are_kept_only_where_they_pay(keep) -> None:  # type: ignore[no-untyped-def]
+    assert keep(lambda turn, copies: 0.030 if copies else 0.040)
+    assert not keep(lambda turn, copies: 0.0395 if copies else 0.040)  # within MIN_GAIN
+    assert not keep(lambda turn, copies: 0.050 if copies else 0.040)
 
 
-def test_a_burst_on_the_other_choice_does_not_keep_one_row_copies(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_a_burst_on_the_other_choice_does_not_keep_weight_copies(keep) -> None:  # type: ignore[no-untyped-def]
     """Every pass without the copies but one hit by a neighbour: minima compare, so the one clean
     pass decides, and the copies (no faster) go."""
-    kept, _ = _keep_one_row(lambda turn, one_row: 0.040 if one_row or turn == 2 else 3.0, monkeypatch)
-    assert not kept
+    assert not keep(lambda turn, copies: 0.040 if copies or turn == 2 else 3.0)
 
 
 def _tiny_llama() -> torch.nn.Module:
@@ -178,6 +187,34 @@ def test_the_cpu_backend_makes_one_row_copies_where_dtype_and_memory_allow(monke
     assert not CpuBackend(model.to(torch.bfloat16)).one_row and set(_copies(model)) == {None}  # bfloat16 gains nothing
 
 
+def test_the_cpu_backend_makes_float32_copies_of_narrow_weights_where_memory_allows(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    model = _tiny_llama()
+    float32_weights = lambda: [m.float32_weight for m in model.modules() if isinstance(m, torch.nn.Linear)]  # noqa: E731
+    assert not CpuBackend(model).float32_rows and set(float32_weights()) == {None}  # float32 weights need none
+    model.to(torch.bfloat16)
+    backend = CpuBackend(model)
+    assert backend.float32_rows and all(w is not None and w.dtype == torch.float32 for w in float32_weights())
+    with backend.kernels():
+        assert backend.linear_switch.float32_rows
+    assert not CpuBackend(model, float32_rows=False).float32_rows and set(float32_weights()) == {None}
+    monkeypatch.setattr("verifier_svc.backends.cpu.available_memory_bytes", lambda: 1 << 10)
+    assert not CpuBackend(model).float32_rows and set(float32_weights()) == {None}
+
+
+def test_tuning_frees_float32_copies_it_does_not_keep(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from verifier_svc.target_model import TargetModel
+
+    model = _tiny_llama().to(torch.bfloat16)
+    target = TargetModel(model, "tiny")
+    backend = target.backend
+    assert isinstance(backend, CpuBackend) and backend.float32_rows
+    monkeypatch.setattr("verifier_svc.backends.cpu.keep_copies", lambda target, layout, copies, *args: copies != "float32_rows")
+    monkeypatch.setattr("verifier_svc.backends.cpu.tune_pass_sizes", lambda *args: [0.01])
+    backend.tune(target, context_tokens=8, max_tokens=4, repeats=1)
+    assert not backend.float32_rows
+    assert {m.float32_weight for m in model.modules() if isinstance(m, torch.nn.Linear)} == {None}
+
+
 @pytest.mark.parametrize("decision", ["copies slower", "F.linear chosen"])
 def test_tuning_frees_one_row_copies_it_does_not_keep(decision: str, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     from verifier_svc.target_model import TargetModel
@@ -187,7 +224,7 @@ def test_tuning_frees_one_row_copies_it_does_not_keep(decision: str, monkeypatch
     target = TargetModel(model, "tiny")
     backend = target.backend
     assert isinstance(backend, CpuBackend) and backend.one_row
-    monkeypatch.setattr("verifier_svc.backends.cpu.keep_one_row_copies", lambda *args: decision != "copies slower")
+    monkeypatch.setattr("verifier_svc.backends.cpu.keep_copies", lambda *args: decision != "copies slower")
 
     def tune_pass_sizes(target, layout, *args):  # type: ignore[no-untyped-def]
         layout.weight_first = decision != "F.linear chosen"

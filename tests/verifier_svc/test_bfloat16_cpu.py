@@ -1,5 +1,5 @@
-"""The default model served in bfloat16 on CPU, in both linear layouts the CPU backend may pick
-(weight first, F.linear): greedy passes give transformers' own greedy generate() in bfloat16, a
+"""The default model served in bfloat16 on CPU, in the linear layouts the CPU backend may pick
+(weight first, F.linear; passes of several tokens from float32 copies of the weights or not): greedy passes give transformers' own greedy generate() in bfloat16, a
 tree's path gives its chain's logits, and a batched pass gives each lone pass's logits.
 
 Two computations of the same bfloat16 logits that sum in another order (other matrix shapes,
@@ -33,16 +33,22 @@ def bf16_model():  # type: ignore[no-untyped-def]
     return AutoModelForCausalLM.from_pretrained(str(model_dir("default")), dtype=torch.bfloat16).eval()
 
 
-def _target(model, weight_first: bool) -> TargetModel:  # type: ignore[no-untyped-def]
-    target = TargetModel(model, "bf16")
+# (weight first, float32 copies): the served choice is F.linear with the copies where they pay.
+LAYOUTS = {"weight first": (True, False), "F.linear": (False, False), "F.linear, float32 copies": (False, True)}
+
+
+def _target(model, layout: str) -> TargetModel:  # type: ignore[no-untyped-def]
+    weight_first, float32_copies = LAYOUTS[layout]
+    target = TargetModel(model, "bf16", float32_copies=float32_copies)
+    assert getattr(target.backend, "float32_rows") is float32_copies  # this host has the memory
     target.backend.weight_first = weight_first
     return target
 
 
-@pytest.mark.parametrize("weight_first", [True, False])
-def test_bfloat16_greedy_equals_generate(bf16_model, tokenizer, weight_first: bool) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_bfloat16_greedy_equals_generate(bf16_model, tokenizer, layout: str) -> None:  # type: ignore[no-untyped-def]
     """One-token passes (plain decoding) and one pass over generate()'s continuation as a drafted chain."""
-    target = _target(bf16_model, weight_first)
+    target = _target(bf16_model, layout)
     for prompt in PROMPTS:
         ids = tokenizer.encode(prompt)
         with torch.inference_mode():
@@ -65,9 +71,9 @@ def test_bfloat16_greedy_equals_generate(bf16_model, tokenizer, weight_first: bo
             assert gap < GREEDY_TIE, f"{prompt!r}: token {j} differs where the reference has no near tie ({gap:.3f})"
 
 
-@pytest.mark.parametrize("weight_first", [True, False])
-def test_bfloat16_tree_path_is_its_chain_and_batched_is_lone(bf16_model, tokenizer, weight_first: bool) -> None:  # type: ignore[no-untyped-def]
-    target = _target(bf16_model, weight_first)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_bfloat16_tree_path_is_its_chain_and_batched_is_lone(bf16_model, tokenizer, layout: str) -> None:  # type: ignore[no-untyped-def]
+    target = _target(bf16_model, layout)
     ids = tokenizer.encode(PROMPTS[0])
     tree = build_tree([42, 7, 8, 9], [ROOT, ROOT, 0, 1])  # paths 42-8 and 7-9
     lone, caches = [], []

@@ -7,10 +7,14 @@ import pytest
 import torch
 
 from verifier_svc.linear_layout import (
+    FLOAT32_MIN_ROWS,
     MAX_WEIGHT_FIRST_ROWS,
     SwitchableLinear,
     copy_blocks,
+    drop_float32_copies,
     drop_one_row_copies,
+    float32_copies,
+    float32_linear,
     linear_switch,
     one_row_copies,
     one_row_copy,
@@ -147,3 +151,42 @@ def test_a_one_token_pass_reads_every_layers_one_row_copy(reference_model, token
     target.score(cache, [11], chain([]))
     layers = [m for m in reference_model.modules() if isinstance(m, SwitchableLinear)]
     assert len(reads) == len(layers) == 211 and set(reads) == {torch.get_num_threads()}
+
+
+@pytest.mark.parametrize("shape", [(4, 576), (8, 576), (2, 5, 576), (MAX_WEIGHT_FIRST_ROWS + 1, 576)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_a_product_from_the_float32_copy_is_f_linear_in_float32_rounded_back(shape: tuple[int, ...], dtype: torch.dtype) -> None:
+    """Products of two narrow values are exact in float32: the copy's product is the float32
+    product of the narrow operands, rounded back (up to the summation order), and so within a
+    rounding step of the narrow F.linear's."""
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(shape, generator=generator).to(dtype)
+    weight = (torch.randn(1536, 576, generator=generator) / 24).to(dtype)
+    bias = torch.randn(1536, generator=generator).to(dtype)
+    out = float32_linear(x, weight.float(), bias)
+    assert out.dtype == dtype and out.shape == (*shape[:-1], 1536) and out.is_contiguous()
+    wide = torch.nn.functional.linear(x.float(), weight.float(), bias.float())
+    torch.testing.assert_close(out.float(), wide.to(dtype).float(), atol=1e-5, rtol=2 ** -7)  # a bfloat16 step at most
+    torch.testing.assert_close(out, torch.nn.functional.linear(x, weight, bias), atol=2e-2, rtol=2e-2)
+
+
+def test_products_of_several_rows_read_the_float32_copies_only_where_switched_on(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 8), torch.nn.Linear(8, 7)).to(torch.bfloat16)
+    model[1].weight = model[0].weight  # tied weights share one copy
+    switch = linear_switch(model)
+    assert float32_copies(model) == 4 * (8 * 8 + 7 * 8)
+    assert model[0].float32_weight is model[1].float32_weight and model[2].float32_weight.dtype == torch.float32
+    calls: list[str] = []
+    monkeypatch.setattr("verifier_svc.linear_layout.float32_linear", lambda x, w, b: calls.append("float32") or torch.zeros(*x.shape[:-1], w.shape[0], dtype=x.dtype))
+    few, many = torch.randn(FLOAT32_MIN_ROWS - 1, 8).to(torch.bfloat16), torch.randn(FLOAT32_MIN_ROWS, 8).to(torch.bfloat16)
+    with switch.set(False, float32_rows=True):
+        assert model[0](few).dtype == torch.bfloat16  # fewer rows: the narrow weights
+        model[0](many), model[2](many)
+    assert calls == ["float32", "float32"]
+    with switch.set(True):  # float32_rows off
+        model[0](many)
+    drop_float32_copies(model)
+    with switch.set(True, float32_rows=True):  # dropped
+        model[0](many)
+    assert calls == ["float32", "float32"]
+    assert switch.float32_rows is False and all(m.float32_weight is None for m in model)

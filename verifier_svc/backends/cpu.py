@@ -1,7 +1,7 @@
-"""The CPU backend: weight-first linear layers (one-row products from one-row copies where memory
-allows), grouped attention read in place, padding of batched passes through F.linear, pass sizes
-tuned at start (cpu_tuning.py), and, where asked, lone passes as compiled static passes
-(cpu_compiled.py)."""
+"""The CPU backend: weight-first linear layers (one-row products from one-row copies, and in
+bfloat16 products of several rows from float32 copies, where memory allows), grouped attention
+read in place, padding of batched passes through F.linear, pass sizes tuned at start
+(cpu_tuning.py), and, where asked, lone passes as compiled static passes (cpu_compiled.py)."""
 
 from __future__ import annotations
 
@@ -17,13 +17,13 @@ from transformers import PretrainedConfig
 from verifier_svc.attention import GROUPED_SDPA, sdpa_or_eager
 from verifier_svc.backends.compiled_layers import CompiledLayers
 from verifier_svc.backends.cpu_compiled import CompiledPassRunner, compiled_layers
-from verifier_svc.backends.cpu_tuning import keep_one_row_copies, tune_pass_sizes
+from verifier_svc.backends.cpu_tuning import keep_copies, tune_pass_sizes
 from verifier_svc.backends.generic import GenericBackend
 from verifier_svc.backends.pass_timing import lone_sizes_seconds
 from verifier_svc.backends.stored_steps import StoredSteps
 from verifier_svc.kv_cache import KVCache
 from verifier_svc.layer_masks import layer_windows
-from verifier_svc.linear_layout import drop_one_row_copies, linear_switch, one_row_copies
+from verifier_svc.linear_layout import drop_float32_copies, drop_one_row_copies, float32_copies, linear_switch, one_row_copies
 from verifier_svc.static_pass import PassRunner, SlotPasses, StaticPass
 
 if TYPE_CHECKING:
@@ -49,10 +49,12 @@ COMPILED_MIN_KEYS = 512
 # The attention implementations a static pass runs with (the model's own code over a slot).
 STATIC_ATTENTION = (GROUPED_SDPA, "sdpa", "eager")
 # One-row copies (linear_layout.py) are made for these weights only (bfloat16 ones ran 12x
-# slower than F.linear), and only while the memory left after them would be at least this share
-# of the memory available before: the KV caches need the rest.
+# slower than F.linear), float32 copies for the narrow ones; either only while the memory left
+# after them would be at least COPIES_MEMORY_LEFT of the memory available before: the KV caches
+# need the rest.
 ONE_ROW_DTYPES = (torch.float32,)
-ONE_ROW_MEMORY_LEFT = 0.5
+FLOAT32_COPY_DTYPES = (torch.bfloat16, torch.float16)
+COPIES_MEMORY_LEFT = 0.5
 
 
 def available_memory_bytes() -> int | None:
@@ -80,22 +82,30 @@ def linear_weight_bytes(model: torch.nn.Module) -> int:
 class CpuBackend(GenericBackend):
     """The model's nn.Linear layers made switchable (linear_layout.py); weight first until
     tuning times F.linear faster; with `one_row`, one-row copies of their weights (float32, where
-    memory allows) for one-token passes, until tuning times them no faster (untuned, or with
-    compiled passes, they stay as made). With `compiled_passes`, a lone pass of a session in a
+    memory allows) for one-token passes, and with `float32_rows`, float32 copies of bfloat16 or
+    float16 weights for products of 4 rows or more, each until tuning times them no faster
+    (untuned, or with compiled passes, they stay as made). With `compiled_passes`, a lone pass of a session in a
     slot (but a one-token pass where one-row copies exist) runs as a static pass with its layers
     compiled (cpu_compiled.py), weight first, their compiled code kept in `compiled_store` (None:
     in this process only), and tuning only times."""
 
     kind = "cpu"
 
-    def __init__(self, model: torch.nn.Module, compiled_passes: bool = False, one_row: bool = True, compiled_store: Path | None = None) -> None:
+    def __init__(
+        self, model: torch.nn.Module, compiled_passes: bool = False, one_row: bool = True, compiled_store: Path | None = None,
+        float32_rows: bool = True,
+    ) -> None:
         super().__init__(model)
         self.linear_switch = linear_switch(model)
         self.weight_first = True
-        self.one_row = False
+        self.one_row = self.float32_rows = False
         drop_one_row_copies(model)  # another backend's, over the same model object
-        if one_row:
-            self.one_row = self._make_one_row_copies()
+        drop_float32_copies(model)
+        dtype = next(model.parameters()).dtype
+        if one_row and dtype in ONE_ROW_DTYPES and self._room_for("one-row", linear_weight_bytes(model)):
+            self.one_row = one_row_copies(model, torch.get_num_threads()) > 0
+        if float32_rows and dtype in FLOAT32_COPY_DTYPES and self._room_for("float32", 4 // dtype.itemsize * linear_weight_bytes(model)):
+            self.float32_rows = float32_copies(model) > 0
         self.compiled: CompiledLayers | None = None
         if compiled_passes and model.config._attn_implementation in STATIC_ATTENTION:
             self.compiled = compiled_layers(model, compiled_store)
@@ -103,21 +113,21 @@ class CpuBackend(GenericBackend):
             sizes = [size for size in COMPILED_SIZES if size > 1 or not self.one_row]
             self.passes = SlotPasses(model, layer_windows(model.config), COMPILED_SLOTS, capacity, sizes, self._compile, COMPILED_MIN_KEYS)
 
-    def _make_one_row_copies(self) -> bool:
-        """Make the one-row copies where the dtype gains and memory allows; whether made."""
-        if next(self.model.parameters()).dtype not in ONE_ROW_DTYPES:
-            return False
-        available, needed = available_memory_bytes(), linear_weight_bytes(self.model)
-        if available is None or available - needed < ONE_ROW_MEMORY_LEFT * available:
-            log.info("no one-row weight copies: %d MB needed, %s MB available", needed >> 20, available and available >> 20)
-            return False
-        made = one_row_copies(self.model, torch.get_num_threads())
-        log.info("one-row weight copies: %d MB", made >> 20)
-        return made > 0
+    @staticmethod
+    def _room_for(copies: str, needed: int) -> bool:
+        """Whether `needed` bytes of weight copies leave COPIES_MEMORY_LEFT of the memory free."""
+        available = available_memory_bytes()
+        room = available is not None and available - needed >= COPIES_MEMORY_LEFT * available
+        log.info("%s weight copies: %d MB%s", copies, needed >> 20, "" if room else f" do not fit in {available and available >> 20} MB: none")
+        return room
 
     def _drop_one_row_copies(self) -> None:
         self.one_row = False
         drop_one_row_copies(self.model)
+
+    def _drop_float32_copies(self) -> None:
+        self.float32_rows = False
+        drop_float32_copies(self.model)
 
     def _compile(self, static: StaticPass) -> CompiledPassRunner:
         assert self.compiled is not None
@@ -135,7 +145,7 @@ class CpuBackend(GenericBackend):
         return 1 if self.weight_first else CPU_MIN_PASS_TOKENS
 
     def kernels(self) -> contextlib.AbstractContextManager:
-        return self.linear_switch.set(self.weight_first, self.one_row)
+        return self.linear_switch.set(self.weight_first, self.one_row, self.float32_rows)
 
     def lone_pass(self, cache: KVCache, start: int, real: int) -> PassRunner | None:
         """None (an eager pass) for fewer tokens than the smallest static size: a one-token pass
@@ -163,8 +173,10 @@ class CpuBackend(GenericBackend):
     @torch.inference_mode()
     def tune(self, target: TargetModel, context_tokens: int, max_tokens: int, repeats: int) -> list[float]:
         if self.passes is None:
-            if self.one_row and not keep_one_row_copies(target, self, context_tokens):
+            if self.one_row and not keep_copies(target, self, "one_row", context_tokens):
                 self._drop_one_row_copies()
+            if self.float32_rows and not keep_copies(target, self, "float32_rows", context_tokens):
+                self._drop_float32_copies()
             seconds = tune_pass_sizes(target, self, context_tokens, max_tokens, repeats)
             if self.one_row and not self.weight_first:  # F.linear reads no copy
                 self._drop_one_row_copies()

@@ -1,8 +1,9 @@
 """Pass sizes and linear layouts on CPU, timed at start so that a noisy neighbour cannot lock in
 a bad choice.
 
-First the one-row copies (linear_layout.py): one-token passes with and without them, in turns,
-ONE_ROW_TURNS each; they are kept only if their minimum beats the other's by
+First the weight copies (linear_layout.py): the one-row copies by one-token passes with and
+without them, the float32 copies (of bfloat16 weights) by passes of FLOAT32_ROWS_TOKENS tokens,
+in turns, COPY_TURNS each; copies are kept only if their minimum beats the other's by
 batch_planner.MIN_GAIN. Then the pass sizes: the verifier times lone passes of 1..K tokens in
 both linear layouts (linear_layout.py), keeps the layout whose passes, each padded to the
 fastest size at or above it (batch_planner.py), cost less summed over the sizes, and pads so
@@ -34,27 +35,33 @@ if TYPE_CHECKING:
 # repeats in ~10 s; the confirmation pairs after them take a few seconds more).
 TUNING_BUDGET_SECONDS = 60.0
 CONFIRM_TURNS = 3
-ONE_ROW_TURNS = 5
+COPY_TURNS = 5
+# The pass the float32 copies are judged by: a speculative round's size.
+FLOAT32_ROWS_TOKENS = 8
 
 
 class LayoutChoice(Protocol):
     weight_first: bool
     one_row: bool
+    float32_rows: bool
 
 
-def keep_one_row_copies(target: TargetModel, layout: LayoutChoice, context_tokens: int, turns: int = ONE_ROW_TURNS) -> bool:
-    """Whether one-token passes after context_tokens cached tokens run faster, weight first,
-    with the one-row copies than without (module docstring); leaves layout.one_row so."""
+def keep_copies(target: TargetModel, layout: LayoutChoice, copies: str, context_tokens: int, turns: int = COPY_TURNS) -> bool:
+    """Whether lone passes after context_tokens cached tokens run faster, weight first, with the
+    copies `copies` names ("one_row": one-token passes; "float32_rows": FLOAT32_ROWS_TOKENS
+    tokens) than without (module docstring); leaves that attribute of `layout` so."""
+    tokens = 1 if copies == "one_row" else FLOAT32_ROWS_TOKENS
     cache = target.new_cache()
     target.score(cache, [1] * context_tokens, chain([]))
     layout.weight_first = True
     best = {True: float("inf"), False: float("inf")}
     for turn in range(turns):
         for choice in (True, False) if turn % 2 == 0 else (False, True):
-            layout.one_row = choice
-            best[choice] = min(best[choice], lone_pass_seconds(target, cache, context_tokens, 1))
-    layout.one_row = best[True] < (1 - MIN_GAIN) * best[False]
-    return layout.one_row
+            setattr(layout, copies, choice)
+            best[choice] = min(best[choice], lone_pass_seconds(target, cache, context_tokens, tokens))
+    kept = best[True] < (1 - MIN_GAIN) * best[False]
+    setattr(layout, copies, kept)
+    return kept
 
 
 def tune_pass_sizes(
