@@ -53,6 +53,6 @@ def test_every_setting_has_a_help_group(cls: type, capsys: pytest.CaptureFixture
     titles = sections[1::2]
     used = [g for g in settings.GROUPS if any(f.metadata["group"] == g for f in fields)]
     assert titles == ["options", *used]  # in GROUPS' order, each once
-    flags_under = {title: re.findall(r"^  (--[a-z-]+)", body, re.M) for title, body in zip(titles, sections[2::2])}
+    flags_under = {title: re.findall(r"^  (--[a-z0-9-]+)", body, re.M) for title, body in zip(titles, sections[2::2])}
     for f in fields:
         assert f"--{f.name.replace('_', '-')}" in flags_under[f.metadata["group"]], f.name
