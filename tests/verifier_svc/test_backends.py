@@ -33,7 +33,10 @@ def test_one_backend_per_device_kind() -> None:
     backend = backend_for(model)
     assert isinstance(backend, CpuBackend) and backend.weight_first and backend.min_pass_tokens == 1
     backend.weight_first = False
-    assert backend.min_pass_tokens == 4  # F.linear is slow on 2-3 rows
+    assert backend.min_pass_tokens == 4  # F.linear is slow on 2-3 rows in float32
+    narrow = backend_for(torch.nn.Sequential(torch.nn.Linear(4, 4)).to(torch.bfloat16))
+    narrow.weight_first = False
+    assert narrow.min_pass_tokens == 1  # bfloat16 products cost in proportion to their rows
 
 
 def test_attention_is_the_backends_choice() -> None:

@@ -1,6 +1,6 @@
 """The CPU backend: weight-first linear layers (one-row products from one-row copies, and in
 bfloat16 products of several rows from float32 copies, where memory allows), grouped attention
-read in place, padding of batched passes through F.linear, pass sizes tuned at start
+read in place, padding of float32 batched passes through F.linear, pass sizes tuned at start
 (cpu_tuning.py), and, where asked, lone passes as compiled static passes (cpu_compiled.py)."""
 
 from __future__ import annotations
@@ -35,8 +35,11 @@ log = logging.getLogger(__name__)
 # 2.13's MKL on a 2-core AMD EPYC: the model's linear layers take 10 ms for 1 row, 23 ms for 2,
 # 34 ms for 3, 17 ms for 4), so a target whose passes run through it (where tuning timed it
 # faster than weight first: linear_layout.py) pads a batched pass to this many rows. Weight
-# first, as a CPU target runs until tuned, nothing is padded.
+# first, as a CPU target runs until tuned, nothing is padded; nor in bfloat16 or float16, whose
+# products cost in proportion to their rows (1 row 27.5 ms, 2 rows 41.4, 4 rows 73-75 from the
+# float32 copies or not: docs/design/float32-copies.md), so padding 2 rows to 4 would slow them.
 CPU_MIN_PASS_TOKENS = 4
+PADDED_DTYPES = (torch.float32,)
 # With compiled passes: sessions whose lone passes run compiled (later ones run eagerly until a
 # slot frees), the entries a slot holds (a session past them runs eagerly), the pass sizes
 # compiled (a lone round of r tokens runs as the smallest size >= r; larger ones run eagerly;
@@ -99,9 +102,10 @@ class CpuBackend(GenericBackend):
         self.linear_switch = linear_switch(model)
         self.weight_first = True
         self.one_row = self.float32_rows = False
+        self.dtype = next(model.parameters()).dtype
         drop_one_row_copies(model)  # another backend's, over the same model object
         drop_float32_copies(model)
-        dtype = next(model.parameters()).dtype
+        dtype = self.dtype
         if one_row and dtype in ONE_ROW_DTYPES and self._room_for("one-row", linear_weight_bytes(model)):
             self.one_row = one_row_copies(model, torch.get_num_threads()) > 0
         if float32_rows and dtype in FLOAT32_COPY_DTYPES and self._room_for("float32", 4 // dtype.itemsize * linear_weight_bytes(model)):
@@ -142,7 +146,7 @@ class CpuBackend(GenericBackend):
 
     @property
     def min_pass_tokens(self) -> int:
-        return 1 if self.weight_first else CPU_MIN_PASS_TOKENS
+        return 1 if self.weight_first or self.dtype not in PADDED_DTYPES else CPU_MIN_PASS_TOKENS
 
     def kernels(self) -> contextlib.AbstractContextManager:
         return self.linear_switch.set(self.weight_first, self.one_row, self.float32_rows)
