@@ -66,9 +66,6 @@ class _ScriptedTarget:
         self.pass_seconds: list[float] = []
         self.pass_context_tokens = 0
 
-    def new_cache(self) -> _Cache:
-        return _Cache()
-
     def score(self, cache: _Cache, pending: list[int], tree) -> None:  # type: ignore[no-untyped-def]
         self.calls += 1
         self.clock[0] += self.cost(self.calls, len(pending) + len(tree), self.layout.weight_first)
@@ -79,7 +76,7 @@ def _tune(cost, budget: float = 60.0, monkeypatch=None):  # type: ignore[no-unty
     monkeypatch.setattr(cpu_tuning.time, "perf_counter", lambda: clock[0])
     layout = CpuBackend(torch.nn.Sequential(torch.nn.Linear(2, 2)))
     target = _ScriptedTarget(layout, cost, clock)
-    seconds = cpu_tuning.tune_pass_sizes(target, layout, context_tokens=8, max_tokens=12, repeats=3, budget_seconds=budget)  # type: ignore[arg-type]
+    seconds = cpu_tuning.tune_pass_sizes(target, layout, _Cache(), context_tokens=8, max_tokens=12, repeats=3, budget_seconds=budget)  # type: ignore[arg-type]
     return target, layout, seconds
 
 
@@ -87,7 +84,7 @@ def test_a_burst_during_the_sweeps_does_not_lock_in_padding(monkeypatch) -> None
     """Every sweep timed 2-11 tokens at ~3 s (a neighbour loading both cores while they ran) and
     12 at its real 0.1 s: the confirming pairs, run back to back, show 12 slower than each size's
     own unpadded pass, so nothing is padded."""
-    sweep_calls = 1 + 3 * 12 * 2  # the prefill, then 3 sweeps of 12 sizes in both layouts
+    sweep_calls = 3 * 12 * 2  # 3 sweeps of 12 sizes in both layouts
 
     def cost(call: int, size: int, weight_first: bool) -> float:
         if call <= sweep_calls and 2 <= size <= 11:
@@ -122,14 +119,10 @@ class _CopiesTarget:
         self.layout, self.copies, self.cost, self.clock, self.passes = layout, copies, cost, clock, 0
         self.tokens = 1 if copies == "one_row" else cpu_tuning.FLOAT32_ROWS_TOKENS
 
-    def new_cache(self) -> _Cache:
-        return _Cache()
-
     def score(self, cache: _Cache, pending: list[int], tree) -> None:  # type: ignore[no-untyped-def]
-        if len(pending) == 1:  # not the prefill
-            assert 1 + len(tree) == self.tokens
-            self.passes += 1
-            self.clock[0] += self.cost(self.passes, getattr(self.layout, self.copies))
+        assert len(pending) == 1 and 1 + len(tree) == self.tokens
+        self.passes += 1
+        self.clock[0] += self.cost(self.passes, getattr(self.layout, self.copies))
 
 
 @pytest.fixture(params=["one_row", "float32_rows"])
@@ -143,7 +136,7 @@ def keep(request, monkeypatch):  # type: ignore[no-untyped-def]
         layout = CpuBackend(torch.nn.Sequential(torch.nn.Linear(2, 2)))
         layout.weight_first = False
         target = _CopiesTarget(layout, request.param, cost, clock)
-        kept = cpu_tuning.keep_copies(target, layout, request.param, context_tokens=8)  # type: ignore[arg-type]
+        kept = cpu_tuning.keep_copies(target, layout, request.param, _Cache(), context_tokens=8)  # type: ignore[arg-type]
         assert layout.weight_first and getattr(layout, request.param) is kept  # timed weight first, left as decided
         assert target.passes == 2 * cpu_tuning.COPY_TURNS
         return kept

@@ -19,7 +19,7 @@ from verifier_svc.backends.compiled_layers import CompiledLayers
 from verifier_svc.backends.cpu_compiled import CompiledPassRunner, compiled_layers
 from verifier_svc.backends.cpu_tuning import keep_copies, tune_pass_sizes
 from verifier_svc.backends.generic import GenericBackend
-from verifier_svc.backends.pass_timing import lone_sizes_seconds
+from verifier_svc.backends.pass_timing import lone_sizes_seconds, prefilled_cache
 from verifier_svc.backends.stored_steps import StoredSteps
 from verifier_svc.kv_cache import KVCache
 from verifier_svc.layer_masks import layer_windows
@@ -177,11 +177,12 @@ class CpuBackend(GenericBackend):
     @torch.inference_mode()
     def tune(self, target: TargetModel, context_tokens: int, max_tokens: int, repeats: int) -> list[float]:
         if self.passes is None:
-            if self.one_row and not keep_copies(target, self, "one_row", context_tokens):
+            cache = prefilled_cache(target, context_tokens)  # one prefill for all the timing
+            if self.one_row and not keep_copies(target, self, "one_row", cache, context_tokens):
                 self._drop_one_row_copies()
-            if self.float32_rows and not keep_copies(target, self, "float32_rows", context_tokens):
+            if self.float32_rows and not keep_copies(target, self, "float32_rows", cache, context_tokens):
                 self._drop_float32_copies()
-            seconds = tune_pass_sizes(target, self, context_tokens, max_tokens, repeats)
+            seconds = tune_pass_sizes(target, self, cache, context_tokens, max_tokens, repeats)
             if self.one_row and not self.weight_first:  # F.linear reads no copy
                 self._drop_one_row_copies()
             return seconds

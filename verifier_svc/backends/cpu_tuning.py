@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING, Protocol
 
 from verifier_svc.backends.pass_timing import lone_pass_seconds
 from verifier_svc.batch_planner import MIN_GAIN, fastest_at_least
-from verifier_svc.token_tree import chain
 
 if TYPE_CHECKING:
+    from verifier_svc.kv_cache import KVCache
     from verifier_svc.target_model import TargetModel
 
 # At most this long on timing sweeps (a quiet 2-core host sweeps 16 sizes x 2 layouts x 3
@@ -46,13 +46,14 @@ class LayoutChoice(Protocol):
     float32_rows: bool
 
 
-def keep_copies(target: TargetModel, layout: LayoutChoice, copies: str, context_tokens: int, turns: int = COPY_TURNS) -> bool:
-    """Whether lone passes after context_tokens cached tokens run faster, weight first, with the
-    copies `copies` names ("one_row": one-token passes; "float32_rows": FLOAT32_ROWS_TOKENS
-    tokens) than without (module docstring); leaves that attribute of `layout` so."""
+def keep_copies(
+    target: TargetModel, layout: LayoutChoice, copies: str, cache: KVCache, context_tokens: int, turns: int = COPY_TURNS
+) -> bool:
+    """Whether lone passes on `cache` (context_tokens cached tokens, pass_timing.prefilled_cache)
+    run faster, weight first, with the copies `copies` names ("one_row": one-token passes;
+    "float32_rows": FLOAT32_ROWS_TOKENS tokens) than without (module docstring); leaves that
+    attribute of `layout` so."""
     tokens = 1 if copies == "one_row" else FLOAT32_ROWS_TOKENS
-    cache = target.new_cache()
-    target.score(cache, [1] * context_tokens, chain([]))
     layout.weight_first = True
     best = {True: float("inf"), False: float("inf")}
     for turn in range(turns):
@@ -65,17 +66,15 @@ def keep_copies(target: TargetModel, layout: LayoutChoice, copies: str, context_
 
 
 def tune_pass_sizes(
-    target: TargetModel, layout: LayoutChoice, context_tokens: int, max_tokens: int, repeats: int,
+    target: TargetModel, layout: LayoutChoice, cache: KVCache, context_tokens: int, max_tokens: int, repeats: int,
     budget_seconds: float = TUNING_BUDGET_SECONDS,
 ) -> list[float]:
     """Set layout.weight_first and target.pass_tokens / pass_seconds / pass_context_tokens from
-    timed lone passes after context_tokens cached tokens (module docstring). Returns the kept
-    layout's unpadded seconds for 1..max_tokens tokens (empty when no sweep completed)."""
+    timed lone passes on `cache` (context_tokens cached tokens) (module docstring). Returns the
+    kept layout's unpadded seconds for 1..max_tokens tokens (empty when no sweep completed)."""
     layouts = [True, False]
     target.pass_tokens = []  # time the sizes themselves, unpadded
     best = {choice: [float("inf")] * max_tokens for choice in layouts}
-    cache = target.new_cache()
-    target.score(cache, [1] * context_tokens, chain([]))
 
     def timed(choice: bool, size: int) -> float:
         layout.weight_first = choice

@@ -12,6 +12,13 @@ if TYPE_CHECKING:
     from verifier_svc.target_model import TargetModel
 
 
+def prefilled_cache(target: TargetModel, context_tokens: int) -> KVCache:
+    """A new cache of the target's holding `context_tokens` entries: what the timed passes read."""
+    cache = target.new_cache()
+    target.score(cache, [1] * context_tokens, chain([]))
+    return cache
+
+
 def lone_pass_seconds(target: TargetModel, cache: KVCache, context_tokens: int, size: int) -> float:
     """Wall seconds of one lone pass of `size` new tokens (a root and a chain) on `cache`, which
     holds `context_tokens` entries and is cut back to them after. The pass returns its logits
@@ -26,8 +33,7 @@ def lone_pass_seconds(target: TargetModel, cache: KVCache, context_tokens: int, 
 def lone_sizes_seconds(target: TargetModel, context_tokens: int, max_tokens: int, repeats: int) -> list[float]:
     """Seconds of lone passes of 1..max_tokens tokens after `context_tokens` cached ones (a new
     cache of the target's), the minimum of `repeats` each."""
-    cache = target.new_cache()
-    target.score(cache, [1] * context_tokens, chain([]))
+    cache = prefilled_cache(target, context_tokens)
     return [
         min(lone_pass_seconds(target, cache, context_tokens, size) for _ in range(repeats)) for size in range(1, max_tokens + 1)
     ]
