@@ -105,10 +105,10 @@ class CpuBackend(GenericBackend):
         self.dtype = next(model.parameters()).dtype
         drop_one_row_copies(model)  # another backend's, over the same model object
         drop_float32_copies(model)
-        dtype = self.dtype
-        if one_row and dtype in ONE_ROW_DTYPES and self._room_for("one-row", linear_weight_bytes(model)):
+        if one_row and self.dtype in ONE_ROW_DTYPES and self._room_for("one-row", linear_weight_bytes(model)):
             self.one_row = one_row_copies(model, torch.get_num_threads()) > 0
-        if float32_rows and dtype in FLOAT32_COPY_DTYPES and self._room_for("float32", 4 // dtype.itemsize * linear_weight_bytes(model)):
+        float32_bytes = 4 // self.dtype.itemsize * linear_weight_bytes(model)
+        if float32_rows and self.dtype in FLOAT32_COPY_DTYPES and self._room_for("float32", float32_bytes):
             self.float32_rows = float32_copies(model) > 0
         self.compiled: CompiledLayers | None = None
         if compiled_passes and model.config._attn_implementation in STATIC_ATTENTION:
