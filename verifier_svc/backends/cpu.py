@@ -107,9 +107,9 @@ class CpuBackend(GenericBackend):
         drop_float32_copies(model)
         if one_row and self.dtype in ONE_ROW_DTYPES and self._room_for("one-row", linear_weight_bytes(model)):
             self.one_row = one_row_copies(model, torch.get_num_threads()) > 0
-        float32_bytes = 4 // self.dtype.itemsize * linear_weight_bytes(model)
-        if float32_rows and self.dtype in FLOAT32_COPY_DTYPES and self._room_for("float32", float32_bytes):
-            self.float32_rows = float32_copies(model) > 0
+        if float32_rows and self.dtype in FLOAT32_COPY_DTYPES:
+            if self._room_for("float32", 4 // self.dtype.itemsize * linear_weight_bytes(model)):
+                self.float32_rows = float32_copies(model) > 0
         self.compiled: CompiledLayers | None = None
         if compiled_passes and model.config._attn_implementation in STATIC_ATTENTION:
             self.compiled = compiled_layers(model, compiled_store)
