@@ -39,6 +39,7 @@ import torch
 from bench.engine_parts import pass_breakdown
 from bench.machine import describe
 from verifier_svc.backends.cuda import COMPILED
+from verifier_svc.int8_weights import QUANTIZATIONS, Int8Linear
 from verifier_svc.batched_pass import PassInput, score_batch
 from verifier_svc.kv_cache import KVCache
 from verifier_svc.server import load_target
@@ -54,6 +55,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--model", default="default", help="model source (as the verifier's --model)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", choices=DTYPES, default="float32")
+    p.add_argument("--quantization", choices=QUANTIZATIONS, default="none", help="the verifier's --quantization (int8: weight-only int8 linear layers, bfloat16 activations)")
     p.add_argument("--context", type=int, default=256, help="cached tokens per session before the timed passes")
     p.add_argument("--max-new", type=int, default=16, help="the curve's largest n (new tokens a pass)")
     p.add_argument("--batches", type=int, nargs="+", default=[1, 4, 16], help="sessions per pass in the curve")
@@ -103,8 +105,14 @@ def read_bandwidth(device: str, mib: int = 512, repeats: int = 7) -> float:
 
 
 def weight_bytes(model: torch.nn.Module) -> int:
-    """Bytes of the model's parameters, a tied embedding counted once (parameters() dedups)."""
-    return sum(p.numel() * p.element_size() for p in model.parameters())
+    """Bytes a one-token pass reads: the model's parameters, a tied embedding counted once as the
+    output head (parameters() dedups); with int8 weights their values and scales (buffers) and not
+    the embedding, of which a pass reads one row a token."""
+    tensors = [*model.parameters()]
+    if isinstance(model.get_output_embeddings(), Int8Linear):
+        embedding = model.get_input_embeddings().weight
+        tensors = [t for t in tensors if t is not embedding] + [*model.buffers()]
+    return sum(t.numel() * t.element_size() for t in tensors)
 
 
 def prefilled(target: TargetModel, sessions: int, context: int) -> list[KVCache]:
@@ -142,7 +150,7 @@ def plain_decode_through_services(args: argparse.Namespace) -> dict[str, float]:
     # A prompt whose greedy continuation runs past 128 tokens without an end token (a raw request
     # for a story makes the default model end at once).
     prompt = "Once upon a time, in a lighthouse on a rocky island far from the coast, there lived an old keeper who"
-    verifier = ["--model", args.model, "--device", args.device, "--dtype", args.dtype, "--cuda-graphs", str(not args.no_graphs).lower(),
+    verifier = ["--model", args.model, "--device", args.device, "--dtype", args.dtype, "--quantization", args.quantization, "--cuda-graphs", str(not args.no_graphs).lower(),
                 "--cuda-compiled", args.cuda_compiled, "--cpu-compiled-passes", str(args.cpu_compiled).lower(),
                 "--cpu-one-row-copies", str(not args.no_one_row_copies).lower(), "--cpu-float32-copies", str(not args.no_float32_copies).lower()]
     with tempfile.TemporaryDirectory() as logs, LocalCluster(Path(logs), verifier_args=verifier, drafter_args=["--drafter", "copy"]) as c:
@@ -191,7 +199,7 @@ def device_options(args: argparse.Namespace) -> str:
     """The report heading's note of the device's options: CUDA ones turned off, compiled CPU
     passes on, weight copies off."""
     if args.device == "cpu":
-        return (", compiled lone passes" if args.cpu_compiled else "") + (", no one-row copies" if args.no_one_row_copies else "") + (
+        return (", int8 weights" if args.quantization == "int8" else "") + (", compiled lone passes" if args.cpu_compiled else "") + (", no one-row copies" if args.no_one_row_copies else "") + (
             ", no float32 copies" if args.no_float32_copies else "")
     return ", CUDA graphs off" if args.no_graphs else f", graphs with {args.cuda_compiled} compiled"
 
@@ -238,7 +246,7 @@ def main(argv: Sequence[str]) -> int:
     args = parse_args(argv)
     torch.manual_seed(0)
     # Loaded, warmed and tuned as the verifier service does it.
-    target, _ = load_target(VerifierSettings(model=args.model, device=args.device, dtype=args.dtype, cuda_graphs=not args.no_graphs, cuda_compiled=args.cuda_compiled,
+    target, _ = load_target(VerifierSettings(model=args.model, device=args.device, dtype=args.dtype, quantization=args.quantization, cuda_graphs=not args.no_graphs, cuda_compiled=args.cuda_compiled,
                                        cpu_compiled_passes=args.cpu_compiled, cpu_one_row_copies=not args.no_one_row_copies,
                                        cpu_float32_copies=not args.no_float32_copies))
     model = target.model

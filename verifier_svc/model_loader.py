@@ -100,10 +100,11 @@ def model_dir(source: str) -> Path:
     return build_once(prepared_dir(path, "model"), build)
 
 
-def resolve_dtype(name: str, device: str) -> torch.dtype:
-    """--dtype: auto is float32 on CPU and bfloat16 elsewhere. ValueError names the choices."""
+def resolve_dtype(name: str, device: str, quantization: str = "none") -> torch.dtype:
+    """--dtype: auto is float32 on CPU and bfloat16 elsewhere, or with int8 weights
+    (int8_weights.py). ValueError names the choices."""
     if name == "auto":
-        return torch.float32 if torch.device(device).type == "cpu" else torch.bfloat16
+        return torch.float32 if torch.device(device).type == "cpu" and quantization == "none" else torch.bfloat16
     if name not in DTYPES:
         raise ValueError(f"{name!r} is not one of auto, {', '.join(DTYPES)}")
     return DTYPES[name]

@@ -27,6 +27,7 @@ from specdec.v1 import verifier_pb2, verifier_pb2_grpc
 from verifier_svc.backends.cuda import compiled_error
 from verifier_svc.backends.pass_timing import PRICE_CONTEXT_TOKENS, time_lone_passes
 from verifier_svc.backends.stored_steps import store_folder
+from verifier_svc.int8_weights import quantization_error, quantize_linear_layers
 from verifier_svc.model_loader import ModelNotServable, one_line, open_model, placement_error, resolve_dtype, served_name
 from verifier_svc.servicer import Batching, VerifierServicer
 from verifier_svc.session import Limits, RoundInput, Session
@@ -47,7 +48,9 @@ def load_target(config: VerifierSettings) -> tuple[TargetModel, Tokenizer]:
     ModelNotServable (one line) if it cannot be loaded or served."""
     if config.torch_threads:
         torch.set_num_threads(config.torch_threads)
-    model, folder = open_model(config.model, config.device, resolve_dtype(config.dtype, config.device), config.device_map)
+    model, folder = open_model(config.model, config.device, resolve_dtype(config.dtype, config.device, config.quantization), config.device_map)
+    if config.quantization == "int8":  # before the backend looks for nn.Linear layers to lay out
+        log.info("int8 weights: %d MB", quantize_linear_layers(model) >> 20)
     target = TargetModel(
         model, name=served_name(config.model), graphs=config.cuda_graphs, cuda_compiled=config.cuda_compiled,
         compiled_passes=config.cpu_compiled_passes, compiled_store=store_folder(config.cpu_compiled_pass_store),
@@ -141,6 +144,9 @@ def option_error(config: VerifierSettings) -> str | None:
         resolve_dtype(config.dtype, config.device)
     except ValueError as error:
         return f"--dtype: {error}"
+    quantization = quantization_error(config.quantization, config.device, config.dtype)
+    if quantization:
+        return f"--quantization: {quantization}"
     compiled = compiled_error(config.cuda_compiled)
     if compiled:
         return f"--cuda-compiled: {compiled}"

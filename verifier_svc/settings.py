@@ -21,6 +21,10 @@ class VerifierSettings:
         default="auto",
         metadata={"group": "model", "help": "weights and activations: auto (float32 on cpu, bfloat16 elsewhere), float32, bfloat16 or float16; outputs are exact for the model in this dtype"},
     )
+    quantization: str = field(
+        default="none",
+        metadata={"group": "model", "help": "none, or int8: weight-only int8 linear layers (one scale per output channel), activations in bfloat16; on CPU, where one-token passes then read a quarter of float32's bytes (int8_weights.py); outputs are exact for the model so quantized"},
+    )
     device_map: str = field(
         default="",
         metadata={"group": "model", "help": "spread a model larger than one GPU over all visible GPUs with accelerate: auto, balanced, balanced_low_0 or sequential (needs --device cuda; empty: the whole model on --device)"},

@@ -1,11 +1,12 @@
-"""`--dtype bfloat16`: the verifier serves the default model in bfloat16 and its greedy output,
-speculating with copy-drafter trees and chains, is transformers' own greedy generate() of that
-model in bfloat16, token for token.
+"""`--dtype bfloat16`: the verifier serves the default model in bfloat16 (and with
+`--quantization int8` its linear layers' weights in int8) and its greedy output, speculating with
+copy-drafter trees and chains, is transformers' own greedy generate() of that model in bfloat16
+(so quantized), token for token.
 
 Two computations of the same bfloat16 logits that sum in another order (generate() scores one
 token per pass; the verifier scores several under a tree mask) can break a near tie either way:
 a divergence is allowed only where the reference's own logits of the two tokens are within
-GREEDY_TIE (two bfloat16 steps at logits of 32-64), and then the rest of that output is not
+GREEDY_TIE (two bfloat16 steps at logits of 32-64, at most), and then the rest of that output is not
 compared.
 """
 
@@ -30,26 +31,39 @@ PROMPTS = [("chat", CHAT_PROMPTS[0]), ("chat", CHAT_PROMPTS[3]), ("text", TEXT_P
 DRAFTS = [(4, 8)]
 
 
+QUANTIZATIONS = ("none", "int8")
+
+
+@pytest.fixture(scope="module", params=QUANTIZATIONS)
+def quantization(request) -> str:  # type: ignore[no-untyped-def]
+    return request.param
+
+
 @pytest.fixture(scope="module")
-def bfloat16_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    with services(tmp_path_factory.mktemp("bfloat16-logs"), "--dtype", "bfloat16", "--tune-pass-sizes", "false") as cluster:
+def bfloat16_cluster(tmp_path_factory: pytest.TempPathFactory, quantization: str) -> Iterator[LocalCluster]:
+    logs = tmp_path_factory.mktemp(f"bfloat16-{quantization}-logs")
+    with services(logs, "--dtype", "bfloat16", "--quantization", quantization, "--tune-pass-sizes", "false") as cluster:
         yield cluster
 
 
 @pytest.fixture(scope="module")
-def bfloat16_model():  # type: ignore[no-untyped-def]
+def bfloat16_model(quantization: str):  # type: ignore[no-untyped-def]
     from transformers import AutoModelForCausalLM
 
+    from verifier_svc.int8_weights import quantize_linear_layers
     from verifier_svc.model_loader import model_dir
 
-    return AutoModelForCausalLM.from_pretrained(str(model_dir("default")), dtype=torch.bfloat16).eval()
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir("default")), dtype=torch.bfloat16).eval()
+    if quantization == "int8":
+        quantize_linear_layers(model)
+    return model
 
 
 def _ids(tokenizer, kind: str, prompt: str) -> list[int]:  # type: ignore[no-untyped-def]
     return tokenizer.encode_chat([{"role": "user", "content": prompt}]) if kind == "chat" else tokenizer.encode(prompt)
 
 
-def test_bfloat16_greedy_equals_transformers_generate(bfloat16_cluster, bfloat16_model, tokenizer) -> None:  # type: ignore[no-untyped-def]
+def test_bfloat16_greedy_equals_transformers_generate(bfloat16_cluster, bfloat16_model, tokenizer, quantization: str) -> None:  # type: ignore[no-untyped-def]
     eos = set(tokenizer.eos_token_ids)
 
     async def generate_all() -> list[GenerationResult]:
@@ -83,7 +97,7 @@ def test_bfloat16_greedy_equals_transformers_generate(bfloat16_cluster, bfloat16
                 logits = bfloat16_model(torch.tensor([ids + reference[:j]])).logits[0, -1].float()
             gap = (logits[reference[j]] - logits[ours[j]]).item()
             print(f"\n{prompt[:30]!r} k={k} nodes={nodes}: token {j} differs ({reference[j]} vs {ours[j]}), logits {gap:.3f} apart")
-            assert abs(gap) < GREEDY_TIE, f"{prompt[:30]!r} k={k}: a divergence at token {j} where the reference has no near tie"
-    print(f"\nbfloat16: {identical} of {len(PROMPTS) * len(DRAFTS)} greedy outputs identical to generate()")
+            assert abs(gap) <= GREEDY_TIE, f"{prompt[:30]!r} k={k}: a divergence at token {j} where the reference has no near tie"
+    print(f"\nbfloat16, quantization {quantization}: {identical} of {len(PROMPTS) * len(DRAFTS)} greedy outputs identical to generate()")
     assert drafted > 0  # the copy drafter really proposed tokens, so multi-token passes were scored
     assert identical > 0  # a near tie in every output would mean the prompts test nothing past it

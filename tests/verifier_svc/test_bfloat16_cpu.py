@@ -1,6 +1,8 @@
 """The default model served in bfloat16 on CPU, in the linear layouts the CPU backend may pick
-(weight first, F.linear; passes of several tokens from float32 copies of the weights or not): greedy passes give transformers' own greedy generate() in bfloat16, a
-tree's path gives its chain's logits, and a batched pass gives each lone pass's logits.
+(weight first, F.linear; passes of several tokens from float32 copies of the weights or not) and
+with int8 weights (`--quantization int8`, whose reference is the same quantized model): greedy
+passes give transformers' own greedy generate() in bfloat16, a tree's path gives its chain's
+logits, and a batched pass gives each lone pass's logits.
 
 Two computations of the same bfloat16 logits that sum in another order (other matrix shapes,
 another layout) differ by a few bfloat16 steps (0.125 at logits of 16-32, 0.25 at 32-64), so
@@ -15,40 +17,62 @@ import pytest
 import torch
 
 from verifier_svc.batched_pass import PassInput, score_batch
+from verifier_svc.int8_weights import quantize_linear_layers
 from verifier_svc.target_model import TargetModel
 from verifier_svc.token_tree import ROOT, build_tree, chain
 
 LOGIT_ATOL = 1.5
-GREEDY_TIE = 0.5
+GREEDY_TIE = 0.5  # two bfloat16 steps at logits of 32-64, at most
 NEW_TOKENS = 12
 PROMPTS = ["The capital of France is", "def fibonacci(n):\n    if n < 2:\n        return n\n    return"]
 
 
-@pytest.fixture(scope="module")
-def bf16_model():  # type: ignore[no-untyped-def]
+def _bf16_model(quantization: str):  # type: ignore[no-untyped-def]
     from transformers import AutoModelForCausalLM
 
     from verifier_svc.model_loader import model_dir
 
-    return AutoModelForCausalLM.from_pretrained(str(model_dir("default")), dtype=torch.bfloat16).eval()
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir("default")), dtype=torch.bfloat16).eval()
+    if quantization == "int8":
+        quantize_linear_layers(model)
+    return model
 
 
-# (weight first, float32 copies): the served choice is F.linear with the copies where they pay.
-LAYOUTS = {"weight first": (True, False), "F.linear": (False, False), "F.linear, float32 copies": (False, True)}
+@pytest.fixture(scope="module")
+def bf16_models():  # type: ignore[no-untyped-def]
+    """quantization -> the model, loaded on first use."""
+    loaded: dict = {}
+
+    def model(quantization: str):  # type: ignore[no-untyped-def]
+        if quantization not in loaded:
+            loaded[quantization] = _bf16_model(quantization)
+        return loaded[quantization]
+
+    return model
 
 
-def _target(model, layout: str) -> TargetModel:  # type: ignore[no-untyped-def]
-    weight_first, float32_copies = LAYOUTS[layout]
+# (weight first, float32 copies, quantization): the served choice is F.linear with the copies
+# where they pay; int8 layers are neither switched nor copied.
+LAYOUTS = {
+    "weight first": (True, False, "none"), "F.linear": (False, False, "none"), "F.linear, float32 copies": (False, True, "none"),
+    "int8 weights": (True, True, "int8"),
+}
+
+
+def _target(bf16_models, layout: str):  # type: ignore[no-untyped-def]
+    """(the target, its reference model) in this layout."""
+    weight_first, float32_copies, quantization = LAYOUTS[layout]
+    model = bf16_models(quantization)
     target = TargetModel(model, "bf16", float32_copies=float32_copies)
-    assert getattr(target.backend, "float32_rows") is float32_copies  # this host has the memory
+    assert getattr(target.backend, "float32_rows") is (float32_copies and quantization == "none")  # this host has the memory
     target.backend.weight_first = weight_first
-    return target
+    return target, model
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_bfloat16_greedy_equals_generate(bf16_model, tokenizer, layout: str) -> None:  # type: ignore[no-untyped-def]
+def test_bfloat16_greedy_equals_generate(bf16_models, tokenizer, layout: str) -> None:  # type: ignore[no-untyped-def]
     """One-token passes (plain decoding) and one pass over generate()'s continuation as a drafted chain."""
-    target = _target(bf16_model, layout)
+    target, bf16_model = _target(bf16_models, layout)
     for prompt in PROMPTS:
         ids = tokenizer.encode(prompt)
         with torch.inference_mode():
@@ -68,12 +92,12 @@ def test_bfloat16_greedy_equals_generate(bf16_model, tokenizer, layout: str) -> 
             with torch.inference_mode():
                 logits = bf16_model(torch.tensor([ids + reference[:j]])).logits[0, -1].float()
             gap = abs((logits[reference[j]] - logits[ours[j]]).item())
-            assert gap < GREEDY_TIE, f"{prompt!r}: token {j} differs where the reference has no near tie ({gap:.3f})"
+            assert gap <= GREEDY_TIE, f"{prompt!r}: token {j} differs where the reference has no near tie ({gap:.3f})"
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_bfloat16_tree_path_is_its_chain_and_batched_is_lone(bf16_model, tokenizer, layout: str) -> None:  # type: ignore[no-untyped-def]
-    target = _target(bf16_model, layout)
+def test_bfloat16_tree_path_is_its_chain_and_batched_is_lone(bf16_models, tokenizer, layout: str) -> None:  # type: ignore[no-untyped-def]
+    target, _ = _target(bf16_models, layout)
     ids = tokenizer.encode(PROMPTS[0])
     tree = build_tree([42, 7, 8, 9], [ROOT, ROOT, 0, 1])  # paths 42-8 and 7-9
     lone, caches = [], []
