@@ -2,7 +2,9 @@
 
 The verifier dequantizes the default GGUF (Q4_1) and serves it in float32 (or the `--dtype`
 asked). llama.cpp gets the same values at the same width: the shipped GGUF re-typed by
-llama.cpp's own quantizer (`llama_model_quantize`, requantizing allowed) to F32, BF16 or F16,
+llama.cpp's own quantizer (`llama_model_quantize`, requantizing allowed) to F32, BF16 or F16
+(with the verifier's int8 weights, to Q8_0: int8 values too, with llama.cpp's own scales, one
+per 32 weights: the same width, not the same values),
 written once under `<cache>/llama-cpp/`. A peer on the shipped Q4_1 reads a quarter of the
 bytes a float32 pass reads; comparing the two measures the weights' width, not the engines.
 
@@ -30,8 +32,9 @@ from specdec.tokenizer import Tokenizer
 PROMPT_LOOKUP_NUM_TOKENS = 10
 CONTEXT_TOKENS = 4096
 MISSING = "llama.cpp peers skipped: llama-cpp-python is not installed (pip install -e '.[llama]'; compiles ~20 min)"
-# The verifier's dtype -> llama.cpp's file type for the same width (llama.h's LLAMA_FTYPE_*).
-GGUF_TYPES: dict[str, tuple[str, int]] = {"float32": ("F32", 0), "float16": ("F16", 1), "bfloat16": ("BF16", 32)}
+# The verifier's dtype, or "int8" for its int8 weights -> llama.cpp's file type for the same
+# width (llama.h's LLAMA_FTYPE_*; Q8_0: int8 values with a scale per 32, ~8.5 bits a weight).
+GGUF_TYPES: dict[str, tuple[str, int]] = {"float32": ("F32", 0), "float16": ("F16", 1), "bfloat16": ("BF16", 32), "int8": ("Q8_0", 7)}
 
 
 def retyped_gguf(source: Path, dtype: str) -> Path:

@@ -18,6 +18,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 from transformers.generation.streamers import BaseStreamer
 
 from bench.systems import TRANSFORMERS_REFERENCE, Decoding, Output
+from verifier_svc.int8_weights import quantize_linear_layers
 from verifier_svc.model_loader import model_dir
 
 PROMPT_LOOKUP_NUM_TOKENS = 10
@@ -41,12 +42,15 @@ class FirstTokenClock(BaseStreamer):
 
 
 class HFModel:
-    """The default model and its tokenizer, loaded once in the dtype the verifier serves."""
+    """The default model and its tokenizer, loaded once in the dtype the verifier serves (with its
+    linear layers' weights in int8 as the verifier's `--quantization int8` serves them, if `int8`)."""
 
-    def __init__(self, source: str = "default", dtype: torch.dtype = torch.float32) -> None:
+    def __init__(self, source: str = "default", dtype: torch.dtype = torch.float32, int8: bool = False) -> None:
         folder = model_dir(source)
         self.tokenizer: PreTrainedTokenizerBase = AutoTokenizer.from_pretrained(str(folder))
         self.model: PreTrainedModel = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype).eval()
+        if int8:
+            quantize_linear_layers(self.model)
         eos = self.model.generation_config.eos_token_id
         self.eos_token_ids: frozenset[int] = frozenset(eos if isinstance(eos, list) else [eos])
 
@@ -93,9 +97,10 @@ class HFSystem:
         return Output(new, tok.decode(new, skip_special_tokens=True), finish, wall, len(ids), time_to_first_token_seconds=ttft)
 
 
-def hf_peers(assistant_dir: Path | None = None, dtype: torch.dtype = torch.float32) -> list[HFSystem]:
-    """hf-generate, hf-prompt-lookup, and hf-assisted when a draft model folder is given, in `dtype`."""
-    hf = HFModel(dtype=dtype)
+def hf_peers(assistant_dir: Path | None = None, dtype: torch.dtype = torch.float32, int8: bool = False) -> list[HFSystem]:
+    """hf-generate, hf-prompt-lookup, and hf-assisted when a draft model folder is given, in
+    `dtype` (the target's linear weights in int8 if `int8`; the assistant's as built)."""
+    hf = HFModel(dtype=dtype, int8=int8)
     peers = [HFSystem(TRANSFORMERS_REFERENCE, hf), HFSystem("hf-prompt-lookup", hf, PROMPT_LOOKUP_NUM_TOKENS)]
     if assistant_dir is not None:
         assistant = AutoModelForCausalLM.from_pretrained(str(assistant_dir), dtype=dtype).eval()

@@ -32,6 +32,7 @@ from specdec.launcher import LocalCluster
 
 QUICK = {"per_category": 2, "max_new_tokens": 64}
 DTYPES = ("float32", "bfloat16", "float16")
+QUANTIZATIONS = ("none", "int8")  # the verifier's --quantization (verifier_svc/int8_weights.py)
 DEFAULTS = {"per_category": 10, "max_new_tokens": 128}
 WARM_UP_MESSAGES = [{"role": "user", "content": "Say hello."}]
 
@@ -61,6 +62,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--dtype", choices=DTYPES, default="float32",
                    help="the verifier's --dtype (default float32); the peers run the model at the same width: "
                         "transformers in this dtype, llama.cpp on the GGUF re-typed to F32, BF16 or F16")
+    p.add_argument("--quantization", choices=QUANTIZATIONS, default="none",
+                   help="the verifier's --quantization (int8 needs --dtype bfloat16); the peers at the same precision: "
+                        "transformers with the same int8 layers, llama.cpp on the GGUF re-typed to Q8_0")
     p.add_argument("--temperature", type=float, default=0.0, help="0 (default) is greedy and checks outputs")
     p.add_argument("--seed", type=int, default=0, help="sampling seed; prompt i uses seed + i")
     p.add_argument("--policies-of", type=Path, default=None, metavar="JSON",
@@ -169,7 +173,8 @@ def _write(args: argparse.Namespace, argv: Sequence[str], started: datetime, ela
              f"{args.max_new_tokens} new tokens, temperature {args.temperature}, {started:%Y-%m-%d %H:%M} UTC")
     llama = f", llama-cpp-python {machine['llama_cpp_python']}" if machine.get("llama_cpp_python") else ""
     machine_line = (f"{machine['cpu_model']}, {machine['usable_cpus']} CPUs, torch {machine['torch']}{llama}, "
-                    f"Python {machine['python']}, commit {str(machine['git_commit'])[:12]}, {args.dtype}, "
+                    f"Python {machine['python']}, commit {str(machine['git_commit'])[:12]}, {args.dtype}"
+                    f"{', int8 weights' if args.quantization == 'int8' else ''}, "
                     f"run took {elapsed:.0f} s")
     legend = ("tok/s: new tokens / wall seconds of one generate call (prefill included); "
               "columns explained in docs/benchmarks.md")
@@ -208,8 +213,9 @@ def default_assistant() -> Path | None:
     return folder if (folder / "config.json").is_file() else None
 
 
-def _peers(assistant: Path | None, dtype: str, skipped: list[str]) -> list[System]:
-    """The peers that can run here, at `dtype`'s width; why the others cannot is appended to `skipped`."""
+def _peers(assistant: Path | None, dtype: str, quantization: str, skipped: list[str]) -> list[System]:
+    """The peers that can run here, at `dtype`'s width (with int8 weights where `quantization` says
+    so); why the others cannot is appended to `skipped`."""
     import torch
 
     from bench.llama_cpp_peers import llama_cpp_peers
@@ -220,8 +226,8 @@ def _peers(assistant: Path | None, dtype: str, skipped: list[str]) -> list[Syste
     assistant = assistant or default_assistant()
     if assistant is None:
         skipped.append("hf-assisted skipped: no draft model (build one with `specdec draft build small`, or pass --assistant)")
-    peers: list[System] = [*hf_peers(assistant, getattr(torch, dtype))]
-    llama, why = llama_cpp_peers(Tokenizer(tokenizer_dir("default")), dtype)
+    peers: list[System] = [*hf_peers(assistant, getattr(torch, dtype), int8=quantization == "int8")]
+    llama, why = llama_cpp_peers(Tokenizer(tokenizer_dir("default")), "int8" if quantization == "int8" else dtype)
     peers += llama
     if why:
         skipped.append(why)
@@ -235,6 +241,9 @@ def main(argv: Sequence[str]) -> int:
     if args.policies_of is not None:
         print(policy_section_of_saved_run(args.policies_of))
         return 0
+    if args.quantization == "int8" and args.dtype != "bfloat16":
+        print("specdec bench: --quantization int8 needs --dtype bfloat16 (the verifier serves int8 weights with bfloat16 activations)", file=sys.stderr)
+        return 2
     try:
         configs = parse_configs(args.configs)
         rows = [c.strip() for c in args.categories.split(",") if c.strip()]
@@ -249,11 +258,11 @@ def main(argv: Sequence[str]) -> int:
     # The verifier's prefix cache off: every system runs every prompt, so with it on, the system
     # that runs a prompt first (systems alternate order) pays its prefill and the rest get it free
     # (and the peers, which have no such cache, always pay it).
-    verifier_args = ["--prefix-cache-tokens", "0", "--dtype", args.dtype]
+    verifier_args = ["--prefix-cache-tokens", "0", "--dtype", args.dtype, "--quantization", args.quantization]
     with LocalCluster(log_dir, verifier_args=verifier_args) as cluster, Client(cluster.address) as client:
         systems: list[System] = [SpecdecSystem(client, c) for c in configs]
         if args.peers:
-            systems += _peers(args.assistant, args.dtype, skipped)
+            systems += _peers(args.assistant, args.dtype, args.quantization, skipped)
         print(f"{len(prompts)} prompts x {len(systems)} systems, {args.max_new_tokens} new tokens, "
               f"temperature {args.temperature}; service logs in {log_dir}", file=sys.stderr, flush=True)
         t0 = time.perf_counter()

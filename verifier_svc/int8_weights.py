@@ -84,5 +84,5 @@ def quantization_error(quantization: str, device: str, dtype: str) -> str | None
     if quantization == "int8" and torch.device(device).type != "cpu":
         return f"int8 weights are served on CPU only (got --device {device})"
     if quantization == "int8" and dtype not in ("auto", "bfloat16"):
-        return f"int8 weights are served with bfloat16 activations (--dtype bfloat16 or auto; got {dtype}: float32 rows read them 4-15x slower)"
+        return f"int8 weights are served with bfloat16 activations (--dtype bfloat16 or auto; got {dtype})"
     return None

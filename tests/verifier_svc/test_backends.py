@@ -205,7 +205,7 @@ def test_tuning_frees_float32_copies_it_does_not_keep(monkeypatch) -> None:  # t
     backend = target.backend
     assert isinstance(backend, CpuBackend) and backend.float32_rows
     monkeypatch.setattr("verifier_svc.backends.cpu.keep_copies", lambda target, layout, copies, *args: copies != "float32_rows")
-    monkeypatch.setattr("verifier_svc.backends.cpu.tune_pass_sizes", lambda *args: [0.01])
+    monkeypatch.setattr("verifier_svc.backends.cpu.tune_pass_sizes", lambda *args, **kwargs: [0.01])
     backend.tune(target, context_tokens=8, max_tokens=4, repeats=1)
     assert not backend.float32_rows
     assert {m.float32_weight for m in model.modules() if isinstance(m, torch.nn.Linear)} == {None}
@@ -222,7 +222,7 @@ def test_tuning_frees_one_row_copies_it_does_not_keep(decision: str, monkeypatch
     assert isinstance(backend, CpuBackend) and backend.one_row
     monkeypatch.setattr("verifier_svc.backends.cpu.keep_copies", lambda *args: decision != "copies slower")
 
-    def tune_pass_sizes(target, layout, *args):  # type: ignore[no-untyped-def]
+    def tune_pass_sizes(target, layout, *args, **kwargs):  # type: ignore[no-untyped-def]
         layout.weight_first = decision != "F.linear chosen"
         return [0.01]
 

@@ -23,7 +23,9 @@ from verifier_svc.backends.pass_timing import lone_sizes_seconds, prefilled_cach
 from verifier_svc.backends.stored_steps import StoredSteps
 from verifier_svc.kv_cache import KVCache
 from verifier_svc.layer_masks import layer_windows
-from verifier_svc.linear_layout import drop_float32_copies, drop_one_row_copies, float32_copies, linear_switch, one_row_copies
+from verifier_svc.linear_layout import (
+    drop_float32_copies, drop_one_row_copies, float32_copies, linear_switch, one_row_copies, switchable_layers,
+)
 from verifier_svc.static_pass import PassRunner, SlotPasses, StaticPass
 
 if TYPE_CHECKING:
@@ -100,6 +102,8 @@ class CpuBackend(GenericBackend):
     ) -> None:
         super().__init__(model)
         self.linear_switch = linear_switch(model)
+        # No layer to switch (int8 weights: int8_weights.py): one layout, nothing to copy or time twice.
+        self.switchable = bool(switchable_layers(model))
         self.weight_first = True
         self.one_row = self.float32_rows = False
         self.dtype = next(model.parameters()).dtype
@@ -182,7 +186,8 @@ class CpuBackend(GenericBackend):
                 self._drop_one_row_copies()
             if self.float32_rows and not keep_copies(target, self, "float32_rows", cache, context_tokens):
                 self._drop_float32_copies()
-            seconds = tune_pass_sizes(target, self, cache, context_tokens, max_tokens, repeats)
+            layouts = (True, False) if self.switchable else (True,)
+            seconds = tune_pass_sizes(target, self, cache, context_tokens, max_tokens, repeats, layouts=layouts)
             if self.one_row and not self.weight_first:  # F.linear reads no copy
                 self._drop_one_row_copies()
             return seconds

@@ -22,6 +22,7 @@ from then on. A start beside a process that loads both cores once timed 2-12-tok
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from verifier_svc.backends.pass_timing import lone_pass_seconds
@@ -67,12 +68,12 @@ def keep_copies(
 
 def tune_pass_sizes(
     target: TargetModel, layout: LayoutChoice, cache: KVCache, context_tokens: int, max_tokens: int, repeats: int,
-    budget_seconds: float = TUNING_BUDGET_SECONDS,
+    budget_seconds: float = TUNING_BUDGET_SECONDS, layouts: Sequence[bool] = (True, False),
 ) -> list[float]:
     """Set layout.weight_first and target.pass_tokens / pass_seconds / pass_context_tokens from
-    timed lone passes on `cache` (context_tokens cached tokens) (module docstring). Returns the
+    timed lone passes on `cache` (context_tokens cached tokens) (module docstring), in `layouts`
+    (weight first or not; only one where the model has no layer it switches). Returns the
     kept layout's unpadded seconds for 1..max_tokens tokens (empty when no sweep completed)."""
-    layouts = [True, False]
     target.pass_tokens = []  # time the sizes themselves, unpadded
     best = {choice: [float("inf")] * max_tokens for choice in layouts}
 
