@@ -108,11 +108,13 @@ def weight_bytes(model: torch.nn.Module) -> int:
     """Bytes a one-token pass reads: the model's parameters, a tied embedding counted once as the
     output head (parameters() dedups); with int8 weights their values and scales (buffers) and not
     the embedding, of which a pass reads one row a token."""
-    tensors = [*model.parameters()]
-    if isinstance(model.get_output_embeddings(), Int8Linear):
-        embedding = model.get_input_embeddings().weight
-        tensors = [t for t in tensors if t is not embedding] + [*model.buffers()]
-    return sum(t.numel() * t.element_size() for t in tensors)
+    tensors = {id(p): p for p in model.parameters()}
+    if any(isinstance(m, Int8Linear) for m in model.modules()):
+        for m in model.modules():
+            if isinstance(m, torch.nn.Embedding):
+                tensors.pop(id(m.weight), None)
+        tensors.update({id(b): b for b in model.buffers()})
+    return sum(t.numel() * t.element_size() for t in tensors.values())
 
 
 def prefilled(target: TargetModel, sessions: int, context: int) -> list[KVCache]:

@@ -11,6 +11,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from bench.engine import report, weight_bytes
 from bench.engine_parts import op_seconds_by_kind
+from verifier_svc.int8_weights import quantize_linear_layers
 
 
 def test_profiled_ops_are_sorted_by_kind() -> None:
@@ -33,9 +34,19 @@ def test_weight_bytes_counts_a_tied_weight_once() -> None:
     assert weight_bytes(model) == 100 * 16 * 4
 
 
+def test_weight_bytes_of_int8_weights_are_their_values_and_scales() -> None:
+    """The head's int8 values and bfloat16 scales; not the embedding, of which a pass reads one row."""
+    embedding = torch.nn.Embedding(100, 16)
+    head = torch.nn.Linear(16, 100, bias=False)
+    head.weight = embedding.weight
+    model = torch.nn.ModuleDict({"embedding": embedding, "head": head})
+    quantize_linear_layers(model)
+    assert weight_bytes(model) == 100 * 16 + 100 * 2
+
+
 def test_report_shows_floor_curve_and_breakdown() -> None:
     args = argparse.Namespace(model="default", device="cpu", dtype="float32", context=256, repeats=5, no_graphs=False, cuda_compiled="layers", cpu_compiled=False,
-                              no_one_row_copies=False, no_float32_copies=False)
+                              no_one_row_copies=False, no_float32_copies=False, quantization="none")
     results = {
         "machine": {"cpu_model": "test cpu", "usable_cpus": 2, "torch": "2.13.0", "git_commit": "abc"},
         "floor": {"weight_mb": 538.0, "read_gbs": 48.0, "ms": 11.2},

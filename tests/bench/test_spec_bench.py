@@ -76,3 +76,12 @@ def test_a_saved_runs_policy_table_is_computed_again_as_its_report_printed_it() 
     for old in printed:
         (new,) = [line for line in table if line.startswith(old.removesuffix(" |") + ", ")]
         assert " of the held-out best (" in new.removeprefix(old) and new.endswith(") |")
+
+
+def test_bench_with_int8_weights_needs_bfloat16(capsys: pytest.CaptureFixture[str]) -> None:
+    """Refused before any service starts, in one line (the verifier serves int8 weights with bfloat16 rows)."""
+    from specdec.cli import main
+
+    assert main(["bench", "--quick", "--quantization", "int8"]) == 2
+    out, err = capsys.readouterr()
+    assert not out and err == "specdec bench: --quantization int8 needs --dtype bfloat16 (the verifier serves int8 weights with bfloat16 activations)\n"
