@@ -2,13 +2,14 @@
 as int8 values with one scale per output channel, activations in bfloat16, products through
 torch's own `_weight_int8pack_mm`.
 
-A one-token pass reads each weight once, so its cost follows the weights' bytes: a quarter of
-float32's, half of bfloat16's. On this project's 2-core AMD EPYC (no matrix unit for bfloat16
-or int8), over SmolLM2-135M's 211 linear weights, ms for all their products (median of 10,
+The weights take a quarter of float32's bytes, and their products are the cheapest this
+project's 2-core AMD EPYC (no matrix unit for bfloat16 or int8) runs at every decoding size: over
+SmolLM2-135M's 211 linear weights, ms for all their products (median of 10,
 bench/results/int8_weight_only_probe-20261127.txt): 1 row 30.7 against 67.0 in float32 as
 served and 35.1 in bfloat16; 4 rows 44.7 against 98.6 and 90.9; 16 rows 131 against 162 and
-315. With float32 rows the same kernel ran 1 row in 116 ms, so int8 weights are served with
-bfloat16 activations only (docs/design/int8-weights.md).
+315. Whole lone passes of 4-8 tokens run 1.4-1.5x faster than bfloat16's, one-token passes
+about as fast (docs/design/int8-weights.md). With float32 rows the same kernel ran 1 row in
+116 ms, so int8 weights are served with bfloat16 activations only.
 
 The model served is the quantized one: weight = int8 value x its channel's bfloat16 scale,
 exactly. Exactness is with respect to that model (transformers' own forward and generate() over
