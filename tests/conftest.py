@@ -29,6 +29,21 @@ def reference_model():  # type: ignore[no-untyped-def]
     return AutoModelForCausalLM.from_pretrained(str(model_dir("default")), dtype=torch.float32).eval()
 
 
+def bfloat16_default_model(quantization: str = "none"):  # type: ignore[no-untyped-def]
+    """The default model as transformers loads it in bfloat16, its linear layers quantized as the
+    verifier's --quantization serves them: the reference of the bfloat16 tests."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from verifier_svc.int8_weights import quantize_linear_layers
+    from verifier_svc.model_loader import model_dir
+
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir("default")), dtype=torch.bfloat16).eval()
+    if quantization == "int8":
+        quantize_linear_layers(model)
+    return model
+
+
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """A verifier and a drafter as separate processes, shared by the integration tests.

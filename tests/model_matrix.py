@@ -23,6 +23,7 @@ import transformers
 from transformers import AutoModelForCausalLM, PreTrainedModel
 
 from specdec.model_files import tokenizer_dir
+from verifier_svc.token_tree import TokenTree
 
 WINDOW = 16
 LOGIT_STD = 3.0
@@ -102,6 +103,17 @@ def build_model(name: str, seed: int = 0) -> PreTrainedModel:
             std = model(ids).logits.std().item()
             head.weight.mul_(LOGIT_STD / std)
     return model
+
+
+def path_tokens(tree: TokenTree, node: int) -> list[int]:
+    """The tokens of a tree node's path from the root, the node's own last."""
+    return tree.tokens[tree.ancestors[node]].tolist()  # ancestors precede their children
+
+
+@torch.inference_mode()
+def plain_logits(reference: PreTrainedModel, tokens: list[int]) -> torch.Tensor:
+    """The reference's logits after `tokens`, scored as a plain sequence: the tests' expectation for a tree node."""
+    return reference(torch.tensor([tokens])).logits[0, -1].float()
 
 
 def save_model(name: str, folder: Path) -> Path:

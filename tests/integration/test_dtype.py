@@ -20,7 +20,7 @@ import torch
 
 from specdec.client import AsyncClient, GenerationResult
 from specdec.launcher import LocalCluster
-from tests.conftest import services
+from tests.conftest import bfloat16_default_model, services
 from tests.integration.prompts import CHAT_PROMPTS, TEXT_PROMPTS
 
 MAX_NEW_TOKENS = 16
@@ -48,15 +48,7 @@ def bfloat16_cluster(tmp_path_factory: pytest.TempPathFactory, quantization: str
 
 @pytest.fixture(scope="module")
 def bfloat16_model(quantization: str):  # type: ignore[no-untyped-def]
-    from transformers import AutoModelForCausalLM
-
-    from verifier_svc.int8_weights import quantize_linear_layers
-    from verifier_svc.model_loader import model_dir
-
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir("default")), dtype=torch.bfloat16).eval()
-    if quantization == "int8":
-        quantize_linear_layers(model)
-    return model
+    return bfloat16_default_model(quantization)
 
 
 def _ids(tokenizer, kind: str, prompt: str) -> list[int]:  # type: ignore[no-untyped-def]

@@ -16,8 +16,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.conftest import bfloat16_default_model
 from verifier_svc.batched_pass import PassInput, score_batch
-from verifier_svc.int8_weights import quantize_linear_layers
 from verifier_svc.target_model import TargetModel
 from verifier_svc.token_tree import ROOT, build_tree, chain
 
@@ -27,17 +27,6 @@ NEW_TOKENS = 12
 PROMPTS = ["The capital of France is", "def fibonacci(n):\n    if n < 2:\n        return n\n    return"]
 
 
-def _bf16_model(quantization: str):  # type: ignore[no-untyped-def]
-    from transformers import AutoModelForCausalLM
-
-    from verifier_svc.model_loader import model_dir
-
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir("default")), dtype=torch.bfloat16).eval()
-    if quantization == "int8":
-        quantize_linear_layers(model)
-    return model
-
-
 @pytest.fixture(scope="module")
 def bf16_models():  # type: ignore[no-untyped-def]
     """quantization -> the model, loaded on first use."""
@@ -45,7 +34,7 @@ def bf16_models():  # type: ignore[no-untyped-def]
 
     def model(quantization: str):  # type: ignore[no-untyped-def]
         if quantization not in loaded:
-            loaded[quantization] = _bf16_model(quantization)
+            loaded[quantization] = bfloat16_default_model(quantization)
         return loaded[quantization]
 
     return model

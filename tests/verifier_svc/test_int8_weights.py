@@ -20,7 +20,7 @@ import torch.nn.functional as F
 import transformers
 from transformers import AutoModelForCausalLM
 
-from tests.model_matrix import ARCHITECTURES, LLAMA_LIKE, VOCAB
+from tests.model_matrix import ARCHITECTURES, LLAMA_LIKE, VOCAB, path_tokens, plain_logits
 from verifier_svc.batched_pass import PassInput, score_batch
 from verifier_svc.int8_weights import Int8Linear, int8_per_channel, quantization_error, quantize_linear_layers
 from verifier_svc.model_loader import load_model, resolve_dtype
@@ -105,9 +105,7 @@ def test_every_architecture_quantized_scores_trees_as_its_own_forward(name: str,
     cache = target.new_cache()
     target.score(cache, context[:-1], chain([]))
     logits = target.score(cache, context[-1:], tree)
-    paths = [[]] + [tree.tokens[tree.ancestors[i]].tolist() for i in range(len(tree))]
-    with torch.inference_mode():
-        expected = torch.stack([reference(torch.tensor([context + path])).logits[0, -1].float() for path in paths])
+    expected = torch.stack([plain_logits(reference, context)] + [plain_logits(reference, context + path_tokens(tree, i)) for i in range(len(tree))])
     worst = (logits - expected).abs().max().item()
     assert worst < MATRIX_LOGIT_ATOL, f"{name}: int8 tree logits differ from the quantized model's own forward by {worst:.3g}"
     cache.truncate(len(context) - 1)
@@ -124,6 +122,7 @@ def test_start_up_timing_of_an_int8_model_times_one_layout(monkeypatch: pytest.M
     """Its layers are not switchable (linear_layout.py), so weight first and F.linear are the
     same pass: the CPU backend times it once, not twice."""
     from verifier_svc.backends import cpu_tuning
+    from verifier_svc.linear_layout import switchable_layers
 
     model = load_model(matrix_model_folder("llama"), "cpu", torch.bfloat16)
     quantize_linear_layers(model)
@@ -137,5 +136,5 @@ def test_start_up_timing_of_an_int8_model_times_one_layout(monkeypatch: pytest.M
 
     monkeypatch.setattr(cpu_tuning, "lone_pass_seconds", recorded)
     target.tune_pass_sizes(context_tokens=16, max_tokens=4, repeats=2)
-    assert not target.backend.switchable and target.min_pass_tokens == 1
+    assert not switchable_layers(model) and target.min_pass_tokens == 1
     assert len(layouts) >= 8 and set(layouts) == {True}  # 4 sizes x 2 sweeps, one layout

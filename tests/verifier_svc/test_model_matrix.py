@@ -17,7 +17,7 @@ import torch
 from transformers import AutoModelForCausalLM, PreTrainedModel
 
 from specdec.sampling_params import SamplingParams
-from tests.model_matrix import ARCHITECTURES, VOCAB, WINDOW, markdown
+from tests.model_matrix import ARCHITECTURES, VOCAB, WINDOW, markdown, path_tokens, plain_logits
 from verifier_svc.batched_pass import PassInput, score_batch
 from verifier_svc.kv_cache import KVCache
 from verifier_svc.model_loader import load_model
@@ -36,10 +36,6 @@ def random_tree(rng: random.Random, nodes: int) -> TokenTree:
     return build_tree([rng.randrange(3, VOCAB) for _ in range(nodes)], parents)
 
 
-def path_tokens(tree: TokenTree, node: int) -> list[int]:
-    return tree.tokens[tree.ancestors[node]].tolist()  # ancestors precede their children
-
-
 @pytest.fixture(scope="module", params=list(ARCHITECTURES))
 def models(request, matrix_model_folder) -> tuple[TargetModel, PreTrainedModel]:  # type: ignore[no-untyped-def]
     """(the target as the verifier loads it, the eager reference) for one architecture."""
@@ -47,11 +43,6 @@ def models(request, matrix_model_folder) -> tuple[TargetModel, PreTrainedModel]:
     target = TargetModel(load_model(folder, "cpu", torch.float32), request.param)
     reference = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32, attn_implementation="eager").eval()
     return target, reference
-
-
-@torch.inference_mode()
-def plain_logits(reference: PreTrainedModel, tokens: list[int]) -> torch.Tensor:
-    return reference(torch.tensor([tokens])).logits[0, -1].float()
 
 
 def score_rounds(

@@ -102,8 +102,6 @@ class CpuBackend(GenericBackend):
     ) -> None:
         super().__init__(model)
         self.linear_switch = linear_switch(model)
-        # No layer to switch (int8 weights: int8_weights.py): one layout, nothing to copy or time twice.
-        self.switchable = bool(switchable_layers(model))
         self.weight_first = True
         self.one_row = self.float32_rows = False
         self.dtype = next(model.parameters()).dtype
@@ -111,9 +109,8 @@ class CpuBackend(GenericBackend):
         drop_float32_copies(model)
         if one_row and self.dtype in ONE_ROW_DTYPES and self._room_for("one-row", linear_weight_bytes(model)):
             self.one_row = one_row_copies(model, torch.get_num_threads()) > 0
-        if float32_rows and self.dtype in FLOAT32_COPY_DTYPES:
-            if self._room_for("float32", 4 // self.dtype.itemsize * linear_weight_bytes(model)):
-                self.float32_rows = float32_copies(model) > 0
+        if float32_rows and self.dtype in FLOAT32_COPY_DTYPES and self._room_for("float32", 4 // self.dtype.itemsize * linear_weight_bytes(model)):
+            self.float32_rows = float32_copies(model) > 0
         self.compiled: CompiledLayers | None = None
         if compiled_passes and model.config._attn_implementation in STATIC_ATTENTION:
             self.compiled = compiled_layers(model, compiled_store)
@@ -186,7 +183,8 @@ class CpuBackend(GenericBackend):
                 self._drop_one_row_copies()
             if self.float32_rows and not keep_copies(target, self, "float32_rows", cache, context_tokens):
                 self._drop_float32_copies()
-            layouts = (True, False) if self.switchable else (True,)
+            # No layer to switch (int8 weights: int8_weights.py): both layouts are one pass, timed once.
+            layouts = (True, False) if switchable_layers(self.model) else (True,)
             seconds = tune_pass_sizes(target, self, cache, context_tokens, max_tokens, repeats, layouts=layouts)
             if self.one_row and not self.weight_first:  # F.linear reads no copy
                 self._drop_one_row_copies()
