@@ -5,7 +5,8 @@ cache as inputs/outputs (contract: drafter_build/onnx_contract.py) and manifest.
 (drafter_manifest.py). One loaded model (an onnxruntime InferenceSession, CPU execution
 provider) is shared by every session of the process; each session keeps its own KV cache
 (onnx_drafter.py). The model also keeps the process's running means of what its calls take,
-which a new session prices its first draft with.
+which a new session prices its first draft with, and the prompts its sessions read, kept for
+later sessions that share them (prompt_cache.py).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from drafter_svc.drafter_manifest import Manifest
+from drafter_svc.prompt_cache import PromptCache
 
 STEP_SECONDS_DECAY = 0.8  # weight of the previous estimate in the running means of seconds
 
@@ -41,6 +43,7 @@ class DraftModel:
         # and a token's seconds in a call that reads many (a prefill).
         self.step_seconds = 0.0
         self.token_seconds = 0.0
+        self.prompts = PromptCache()
 
     def empty_cache(self) -> list[np.ndarray]:
         m = self.manifest

@@ -35,6 +35,7 @@ from drafter_svc.draft_guide import DraftGuide
 from drafter_svc.draft_model import DraftModel, causal_bias
 from drafter_svc.draft_sampling import TAIL_MASS, SparseQ, draft_distribution, model_probabilities, point_mass, top_tokens
 from drafter_svc.drafter import Drafter, KeepDrafting
+from drafter_svc.prompt_cache import Reuse
 from specdec.coupled_sampling import RaceNoise, race_ranking
 from specdec.sampling_params import SamplingParams
 
@@ -80,21 +81,28 @@ class OnnxDrafter(Drafter):
     beyond a step: the tokens it must read first (the prompt window, when this drafter has not
     read it: `reads_prompt`) at the model's `token_seconds`. False ends the chain there (an empty
     draft before the first call). `guide`, when given, is the grammar at the context's end: the
-    chain is drawn from masked q, with forced tokens free, and ends at an EOS."""
+    chain is drawn from masked q, with forced tokens free, and ends at an EOS.
+
+    With `prompt_cache_tokens` > 0 its first read starts from what an earlier session of the
+    process read of a prompt sharing its beginning, and is kept for later ones, in the model's
+    PromptCache of that many tokens (prompt_cache.py); 0: every session reads its own."""
 
     def __init__(
         self, model: DraftModel, sampling: SamplingParams, rng: np.random.Generator, tail_mass: float = TAIL_MASS,
-        window: int = PROMPT_WINDOW, race_seed: int | None = None,
+        window: int = PROMPT_WINDOW, race_seed: int | None = None, prompt_cache_tokens: int = 0,
     ) -> None:
         if not 0.0 <= tail_mass < 1.0:
             raise ValueError(f"tail_mass must be in [0, 1), got {tail_mass}")
         if window < 0:
             raise ValueError(f"window must be >= 0, got {window}")
+        if prompt_cache_tokens < 0:
+            raise ValueError(f"prompt_cache_tokens must be >= 0, got {prompt_cache_tokens}")
         self.model = model
         self.sampling = sampling
         self.rng = rng
         self.tail_mass = tail_mass
         self.window = window
+        self.prompt_cache_tokens = prompt_cache_tokens
         self.race = RaceNoise(race_seed, model.manifest.vocab_size) if race_seed is not None and not sampling.greedy else None
         self._start: int | None = None  # where the tokens it reads begin in the session's context
         self._tokens: list[int] = []  # the tokens whose keys and values are in the cache, in order
@@ -106,8 +114,14 @@ class OnnxDrafter(Drafter):
         return True
 
     def next_logits(self, context: Sequence[int]) -> np.ndarray:
-        """The draft model's logits [vocab] after `context`, reusing the cached prefix it shares."""
+        """The draft model's logits [vocab] after `context`, reusing the cached prefix it shares
+        (on a session's first read: what the prompt cache kept of a prompt sharing its beginning)."""
         context = self._read(context)
+        first_read = not self._tokens
+        if first_read and (kept := self._kept_prompt(context)) is not None:
+            self._tokens, self._cache = list(context[: kept.tokens]), kept.cache
+            if kept.logits is not None:
+                return kept.logits
         shared = self._shared_prefix(context)
         self._truncate(shared)
         new = list(context[shared:])
@@ -115,7 +129,12 @@ class OnnxDrafter(Drafter):
         logits = self._extend(new, causal_bias(shared, len(new)))
         if len(new) >= TIMED_RUN_TOKENS:
             self.model.time_token((time.perf_counter() - started) / len(new))
+        if first_read and self.prompt_cache_tokens:
+            self.model.prompts.keep(context, self._cache, logits, self.prompt_cache_tokens)
         return logits
+
+    def _kept_prompt(self, read: Sequence[int]) -> Reuse | None:
+        return self.model.prompts.reuse(read) if self.prompt_cache_tokens else None
 
     def reads_all_of(self, prompt_tokens: int) -> bool:
         """Whether this drafter reads the whole of a prompt of `prompt_tokens` tokens: its window
@@ -124,8 +143,11 @@ class OnnxDrafter(Drafter):
 
     def pending_tokens(self, context: Sequence[int]) -> int:
         """How many tokens the next model call after `context` runs (the whole prompt window for
-        a drafter that has not read it yet, 1 or 2 after a round)."""
+        a drafter that has not read it yet, less what the prompt cache kept of it; 1 or 2 after
+        a round)."""
         context = self._read(context)
+        if not self._tokens and (kept := self._kept_prompt(context)) is not None:
+            return 0 if kept.logits is not None else len(context) - kept.tokens
         return len(context) - self._shared_prefix(context)
 
     def _read(self, context: Sequence[int]) -> Sequence[int]:

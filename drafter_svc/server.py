@@ -62,12 +62,15 @@ async def run(config: DrafterSettings) -> None:
         config.onnx_threads,
         config.onnx_tail_mass,
         config.onnx_prompt_window,
+        config.onnx_prompt_cache_tokens,
         target=config.model,
     )
     if not 0.0 <= config.onnx_tail_mass < 1.0:
         raise SystemExit(f"--onnx-tail-mass: must be in [0, 1), got {config.onnx_tail_mass}")
     if config.onnx_prompt_window < 0:
         raise SystemExit(f"--onnx-prompt-window: must be >= 0, got {config.onnx_prompt_window}")
+    if config.onnx_prompt_cache_tokens < 0:
+        raise SystemExit(f"--onnx-prompt-cache-tokens: must be >= 0, got {config.onnx_prompt_cache_tokens}")
     if config.draft_policy not in POLICY_NAMES:
         raise SystemExit(f"--draft-policy: unknown policy {config.draft_policy!r}; choose one of {', '.join(POLICY_NAMES)}")
     if config.overlap not in OVERLAP_MODES:

@@ -48,6 +48,10 @@ class DrafterSettings:
         default=128,
         metadata={"group": "drafting", "help": "model drafters read only the prompt's last this many tokens (and all generated ones): a shorter drafter prefill; 0: the whole prompt"},
     )
+    onnx_prompt_cache_tokens: int = field(
+        default=1024,
+        metadata={"group": "performance", "help": "model drafters keep what sessions read of their prompts, this many tokens in all (~46 KB a token for the default model), for later sessions sharing a prompt's beginning; 0: off"},
+    )
     num_draft_tokens: int = field(default=8, metadata={"group": "drafting", "help": "draft length (tree depth) used when a request sets none"})
     # Trees of 2x the draft length gave the longest mean acceptance length per target pass in
     # three bench runs (bench/results/spec_bench-20261122-024820, -025633, -030646), at no

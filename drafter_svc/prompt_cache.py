@@ -1,0 +1,99 @@
+"""What a model drafter's sessions read of their prompts, kept for later sessions that share it.
+
+A model drafter's first call in a session reads the prompt (its window: onnx_drafter.py), a
+prefill that costs what the target's costs. Sessions often share a prompt's beginning (a system
+prompt, a chat template's header) or all of it (retries, several samples of one prompt, a
+benchmark's repeats). PromptCache keeps, for each prompt read, the drafter's keys and values
+after it and the logits after its last token. A new session starts from the longest beginning
+it shares with a kept prompt: that prompt's keys and values cut to the shared length (numpy
+views: the model never writes a cache in place, each call returns new arrays), and, when the
+kept prompt is the session's whole read, its logits too, so that the first call runs nothing.
+
+Positions count from the start of what a session reads, so a kept prompt serves reads that start
+with the same tokens. The bound is in tokens kept (the sum of the kept prompts' lengths), the
+least recently used prompt dropped first. A session's q is then computed over the kept keys and
+values and a call over the rest: the same logits summed in another split, which moves them by
+float rounding as a rollback already does; exactness never depends on q (the verifier reads the
+q that is sent). Thread-safe: a process's sessions share one PromptCache per model.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Reuse:
+    """What a session may take over: the first `tokens` of its read, their keys and values, and
+    the logits after its whole read when the kept prompt is all of it (else None)."""
+
+    tokens: int
+    cache: list[np.ndarray]
+    logits: np.ndarray | None
+
+
+class PromptCache:
+    """Kept prompts: token ids -> (keys and values after them, logits after the last)."""
+
+    def __init__(self) -> None:
+        self._kept: OrderedDict[tuple[int, ...], tuple[list[np.ndarray], np.ndarray]] = OrderedDict()
+        self._tokens = 0
+        self._lock = threading.Lock()
+
+    @property
+    def tokens(self) -> int:
+        """Tokens kept, over all prompts."""
+        return self._tokens
+
+    def reuse(self, read: Sequence[int]) -> Reuse | None:
+        """The longest beginning of `read` a kept prompt shares (None: none). Unless that prompt
+        is the whole of `read`, the last token is left to run: its logits are needed."""
+        if not read:
+            return None
+        wanted = tuple(read)
+        with self._lock:
+            if wanted in self._kept:
+                self._kept.move_to_end(wanted)
+                cache, logits = self._kept[wanted]
+                return Reuse(len(wanted), cache, logits.copy())
+            best, best_key = 0, None
+            for key in self._kept:
+                shared = _shared_length(key, wanted, len(wanted) - 1)
+                if shared > best:
+                    best, best_key = shared, key
+            if best_key is None:
+                return None
+            self._kept.move_to_end(best_key)
+            cache = self._kept[best_key][0]
+        return Reuse(best, [kv[:, :, :best] for kv in cache], None)
+
+    def keep(self, read: Sequence[int], cache: list[np.ndarray], logits: np.ndarray, max_tokens: int) -> None:
+        """Keep a session's first read (its keys and values after `read`, exactly that long, and
+        the logits after its last token) within `max_tokens` kept tokens in all; a read longer
+        than that is not kept."""
+        key = tuple(read)
+        if not key or len(key) > max_tokens:
+            return
+        with self._lock:
+            if key in self._kept:
+                self._kept.move_to_end(key)
+                return
+            self._kept[key] = (cache, logits.copy())
+            self._tokens += len(key)
+            while self._tokens > max_tokens:
+                dropped, _ = self._kept.popitem(last=False)
+                self._tokens -= len(dropped)
+
+
+def _shared_length(a: tuple[int, ...], b: tuple[int, ...], limit: int) -> int:
+    """How many leading tokens a and b share, at most `limit`."""
+    n = min(len(a), len(b), limit)
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
