@@ -51,17 +51,10 @@ BRANCH_DEPTHS = 2
 NodeQ = tuple[list[int], list[float], float]  # a node's q as a Draft carries it: token ids, probabilities, entropy
 
 
-# The prompt tokens a model drafter reads, from the end. Its prefill costs what the target's
-# does (int8 products are no faster for many rows): on this 2-core CPU a 1,000-token prompt took
-# the target 2.1 s, the drafter 1.2 s, both at once 3.0 s. Reading less lowers the model's
-# acceptance where the answer draws on the whole prompt, but `hybrid`'s copies read the whole
-# context. With them, windows of 64, 128 and 256 beside one verifier (bench/round_costs.py
-# --drafter-args, 5 summarization and 5 RAG prompts): at temperature 0, 128 made 59.7 against
-# 65.4 ms per token (256) in one run and 59.0 against 62.3 in another; at temperature 1, 88.6
-# against 89.1. 64 was no faster at temperature 0 (60.6, 57.3) and its acceptance lower at
-# temperature 1 (0.71 against 0.77 at the first position). The drafter sees the prompt's last
-# PROMPT_WINDOW tokens plus everything generated; q is still what it samples from (exactness
-# does not depend on what the drafter reads). docs/design/prompt-read-after-prefill.md.
+# The prompt tokens a model drafter reads, from the end: its prefill costs what the target's does,
+# and `hybrid`'s copies read the whole context. The drafter sees the prompt's last PROMPT_WINDOW
+# tokens plus everything generated; q is still what it samples from (exactness does not depend on
+# what it reads). The lengths measured: docs/design/prompt-read-after-prefill.md.
 PROMPT_WINDOW = 128
 
 TIMED_RUN_TOKENS = 32  # model calls over this many tokens or more time the model's per-token seconds

@@ -60,7 +60,7 @@ class PromptCache:
             if wanted in self._kept:
                 self._kept.move_to_end(wanted)
                 cache, logits = self._kept[wanted]
-                return Reuse(len(wanted), cache, logits.copy())
+                return Reuse(len(wanted), list(cache), logits.copy())
             best, best_key = 0, None
             for key in self._kept:
                 shared = _shared_length(key, wanted, len(wanted) - 1)
