@@ -35,7 +35,7 @@ from drafter_svc.draft_guide import DraftGuide
 from drafter_svc.draft_model import DraftModel, causal_bias
 from drafter_svc.draft_sampling import TAIL_MASS, SparseQ, draft_distribution, model_probabilities, point_mass, top_tokens
 from drafter_svc.drafter import Drafter, KeepDrafting
-from drafter_svc.prompt_cache import Reuse
+from drafter_svc.prompt_cache import Reuse, shared_length
 from specdec.coupled_sampling import RaceNoise, race_ranking
 from specdec.sampling_params import SamplingParams
 
@@ -139,8 +139,8 @@ class OnnxDrafter(Drafter):
         a drafter that has not read it yet, less what the prompt cache kept of it; 1 or 2 after
         a round)."""
         context = self._read(context)
-        if not self._tokens and (kept := self._kept_prompt(context)) is not None:
-            return 0 if kept.logits is not None else len(context) - kept.tokens
+        if not self._tokens and self.prompt_cache_tokens:
+            return len(context) - self.model.prompts.reusable(context)
         return len(context) - self._shared_prefix(context)
 
     def _read(self, context: Sequence[int]) -> Sequence[int]:
@@ -152,11 +152,7 @@ class OnnxDrafter(Drafter):
         return context[min(self._start, len(context) - 1):]
 
     def _shared_prefix(self, context: Sequence[int]) -> int:
-        shared = 0
-        limit = min(len(self._tokens), len(context) - 1)  # the last token is always run: its logits are needed
-        while shared < limit and self._tokens[shared] == context[shared]:
-            shared += 1
-        return shared
+        return shared_length(self._tokens, context, len(context) - 1)  # the last token is always run: its logits are needed
 
     def prefill(self, context: Sequence[int]) -> None:
         """Run `context` into the cache (e.g. the prompt, while the verifier runs its own

@@ -50,27 +50,36 @@ class PromptCache:
         """Tokens kept, over all prompts."""
         return self._tokens
 
+    def reusable(self, read: Sequence[int]) -> int:
+        """How many tokens of `read` `reuse` would hand over (all of them when a kept prompt is
+        the whole read), without handing them over."""
+        with self._lock:
+            return self._best(tuple(read))[0]
+
     def reuse(self, read: Sequence[int]) -> Reuse | None:
         """The longest beginning of `read` a kept prompt shares (None: none). Unless that prompt
         is the whole of `read`, the last token is left to run: its logits are needed."""
-        if not read:
-            return None
         wanted = tuple(read)
         with self._lock:
-            if wanted in self._kept:
-                self._kept.move_to_end(wanted)
-                cache, logits = self._kept[wanted]
-                return Reuse(len(wanted), list(cache), logits.copy())
-            best, best_key = 0, None
-            for key in self._kept:
-                shared = _shared_length(key, wanted, len(wanted) - 1)
-                if shared > best:
-                    best, best_key = shared, key
-            if best_key is None:
+            shared, key = self._best(wanted)
+            if key is None:
                 return None
-            self._kept.move_to_end(best_key)
-            cache = self._kept[best_key][0]
-        return Reuse(best, [kv[:, :, :best] for kv in cache], None)
+            self._kept.move_to_end(key)
+            cache, logits = self._kept[key]
+        if shared == len(wanted):
+            return Reuse(shared, list(cache), logits.copy())
+        return Reuse(shared, [kv[:, :, :shared] for kv in cache], None)
+
+    def _best(self, wanted: tuple[int, ...]) -> tuple[int, tuple[int, ...] | None]:
+        """(tokens reusable, the kept prompt giving them; None and 0: none). Under the lock."""
+        if wanted in self._kept:
+            return len(wanted), wanted
+        best, best_key = 0, None
+        for key in self._kept:
+            shared = shared_length(key, wanted, len(wanted) - 1)
+            if shared > best:
+                best, best_key = shared, key
+        return best, best_key
 
     def keep(self, read: Sequence[int], cache: list[np.ndarray], logits: np.ndarray, max_tokens: int) -> None:
         """Keep a session's first read (its keys and values after `read`, exactly that long, and
@@ -90,7 +99,7 @@ class PromptCache:
                 self._tokens -= len(dropped)
 
 
-def _shared_length(a: tuple[int, ...], b: tuple[int, ...], limit: int) -> int:
+def shared_length(a: Sequence[int], b: Sequence[int], limit: int) -> int:
     """How many leading tokens a and b share, at most `limit`."""
     n = min(len(a), len(b), limit)
     i = 0
