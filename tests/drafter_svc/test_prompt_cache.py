@@ -1,10 +1,12 @@
 """The model drafters' prompt cache: a later session reading a prompt an earlier one read runs no
 model call for it and draws the same draft; one sharing a beginning runs only the rest, and its q
 is a fresh read's within float rounding; the bound keeps the most recently used prompts; off
-(0), nothing is kept or reused. On the tiny random model (tests/drafter_build/tiny_model.py)."""
+(0), nothing is kept or reused, and a negative size ends the drafter process before it serves.
+On the tiny random model (tests/drafter_build/tiny_model.py)."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +16,8 @@ from drafter_svc.drafter_models import DrafterModels
 from drafter_svc.drafter_registry import make_drafter
 from drafter_svc.onnx_drafter import OnnxDrafter
 from drafter_svc.prompt_cache import PromptCache
+from drafter_svc.server import run
+from drafter_svc.settings import DrafterSettings
 from specdec.sampling_params import SamplingParams
 from tests.drafter_build.tiny_model import FINGERPRINT, tiny_drafter_folder
 from tests.drafter_svc.test_onnx_drafter import ROLLBACK_TOLERANCE, _softmax
@@ -101,3 +105,8 @@ def test_off_nothing_is_kept(folder: Path) -> None:
     assert session.model.prompts.tokens == 0
     with pytest.raises(ValueError, match="prompt_cache_tokens must be >= 0"):
         OnnxDrafter(session.model, SamplingParams(0.0), np.random.default_rng(0), prompt_cache_tokens=-1)
+
+
+def test_a_negative_size_ends_the_drafter_before_it_serves_with_one_line() -> None:
+    with pytest.raises(SystemExit, match=r"^--onnx-prompt-cache-tokens: must be >= 0, got -1$"):
+        asyncio.run(run(DrafterSettings(port=0, onnx_prompt_cache_tokens=-1)))
