@@ -67,6 +67,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                         "transformers with the same int8 layers, llama.cpp on the GGUF re-typed to Q8_0")
     p.add_argument("--temperature", type=float, default=0.0, help="0 (default) is greedy and checks outputs")
     p.add_argument("--seed", type=int, default=0, help="sampling seed; prompt i uses seed + i")
+    p.add_argument("--verifier-arg", action="append", default=[], metavar="ARG",
+                   help="one more argument for the verifier (repeatable), e.g. --verifier-arg=--cpu-onnx-passes=true")
     p.add_argument("--policies-of", type=Path, default=None, metavar="JSON",
                    help="print the policy table of a saved run (its spec_bench-*.json) as this code computes it, and exit")
     add_prompts_flag(p)
@@ -174,7 +176,8 @@ def _write(args: argparse.Namespace, argv: Sequence[str], started: datetime, ela
     llama = f", llama-cpp-python {machine['llama_cpp_python']}" if machine.get("llama_cpp_python") else ""
     machine_line = (f"{machine['cpu_model']}, {machine['usable_cpus']} CPUs, torch {machine['torch']}{llama}, "
                     f"Python {machine['python']}, commit {str(machine['git_commit'])[:12]}, {args.dtype}"
-                    f"{', int8 weights' if args.quantization == 'int8' else ''}, "
+                    f"{', int8 weights' if args.quantization == 'int8' else ''}"
+                    f"{''.join(f', verifier {arg}' for arg in args.verifier_arg)}, "
                     f"run took {elapsed:.0f} s")
     legend = ("tok/s: new tokens / wall seconds of one generate call (prefill included); "
               "columns explained in docs/benchmarks.md")
@@ -258,7 +261,7 @@ def main(argv: Sequence[str]) -> int:
     # The verifier's prefix cache off: every system runs every prompt, so with it on, the system
     # that runs a prompt first (systems alternate order) pays its prefill and the rest get it free
     # (and the peers, which have no such cache, always pay it).
-    verifier_args = ["--prefix-cache-tokens", "0", "--dtype", args.dtype, "--quantization", args.quantization]
+    verifier_args = ["--prefix-cache-tokens", "0", "--dtype", args.dtype, "--quantization", args.quantization, *args.verifier_arg]
     with LocalCluster(log_dir, verifier_args=verifier_args) as cluster, Client(cluster.address) as client:
         systems: list[System] = [SpecdecSystem(client, c) for c in configs]
         if args.peers:

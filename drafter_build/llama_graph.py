@@ -79,23 +79,36 @@ class KVCacheLlama(nn.Module):
             qk, v = self.qkv[i](x).view(batch, n, heads + 2 * kv_heads, d).split([heads + kv_heads, kv_heads], dim=2)
             qk = qk * cos + torch.matmul(qk, rotate_half) * sin  # the rotary embedding of q and k at once
             q, k = qk.transpose(1, 2).split([heads, kv_heads], dim=1)  # [b, heads, n, d], [b, kv, n, d]
-            v = v.transpose(1, 2)
-            k = torch.cat([past[2 * i], k], dim=2)  # [b, kv, past + n, d]
-            v = torch.cat([past[2 * i + 1], v], dim=2)
-            present += [k, v]
             # Grouped attention in place: query head h reads KV head h // groups (transformers'
             # repeat_kv), so the queries of a KV head's group are stacked as rows of one product
             # with its keys instead of copying each KV head `groups` times.
             q = q.reshape(batch, kv_heads, groups * n, d)
-            scores = torch.matmul(q, k.transpose(2, 3)) * attn.scaling  # [b, kv, groups n, past + n]
-            scores = scores.view(batch, kv_heads, groups, n, -1) + attention_bias.unsqueeze(2)
-            weights = torch.softmax(scores, dim=-1).view(batch, kv_heads, groups * n, -1)
-            out = torch.matmul(weights, v).view(batch, heads, n, d).transpose(1, 2).reshape(batch, n, heads * d)
-            hidden = hidden + attn.o_proj(out)
+            out, cached = self.attend(q, k, v.transpose(1, 2), past[2 * i], past[2 * i + 1], attention_bias, attn.scaling, groups)
+            present += cached
+            hidden = hidden + attn.o_proj(out.view(batch, heads, n, d).transpose(1, 2).reshape(batch, n, heads * d))
             gate, up = self.gate_up[i](layer.post_attention_layernorm(hidden)).split(layer.mlp.up_proj.out_features, dim=-1)
             hidden = hidden + layer.mlp.down_proj(layer.mlp.act_fn(gate) * up)
         hidden = inner.norm(hidden).index_select(1, logits_index)  # [b, m, hidden]
         return (self.model.lm_head(hidden), *present)
+
+    def attend(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, past_k: torch.Tensor, past_v: torch.Tensor, bias: torch.Tensor,
+        scaling: float, groups: int,
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """One layer's attention: q [b, kv, groups n, d] (a KV head's query heads stacked), the new
+        entries k, v [b, kv, n, d] and the layer's cache past_k, past_v [b, kv, past, d] ->
+        (the output [b, kv, groups n, d], what the layer returns as its cache: [past + n] entries)."""
+        k = torch.cat([past_k, k], dim=2)  # [b, kv, past + n, d]
+        v = torch.cat([past_v, v], dim=2)
+        return grouped_attention(torch.matmul(q, k.transpose(2, 3)) * scaling, bias, groups).matmul(v), [k, v]
+
+
+def grouped_attention(scores: torch.Tensor, bias: torch.Tensor, groups: int) -> torch.Tensor:
+    """Attention weights from scores [b, kv, groups n, keys] and the additive bias [b, 1, n, keys]
+    (each of a KV head's query heads reads the same bias)."""
+    batch, kv_heads, rows, keys = scores.shape
+    scores = scores.view(batch, kv_heads, groups, rows // groups, keys) + bias.unsqueeze(2)
+    return torch.softmax(scores, dim=-1).view(batch, kv_heads, rows, keys)
 
 
 def _stacked(projections: list[nn.Linear]) -> nn.Linear:
@@ -113,21 +126,29 @@ def export_llama(model: nn.Module, path: Path) -> Path:
     """Write `path` (float32) for `model`, a LlamaForCausalLM in eval mode, with torch's
     TorchScript exporter (this graph is plain tensor code; it needs no tracing of the cache)."""
     wrapper = KVCacheLlama(model.float().eval())
-    config = model.config
-    layers = config.num_hidden_layers
-    inputs, outputs = io_names(layers)
-    past_len, n = 3, 2  # example shapes (both dynamic in the graph)
+    inputs, outputs = io_names(model.config.num_hidden_layers)
+    cache_axes = {**{name: {0: "batch", 2: "past"} for name in inputs[4:]}, **{name: {0: "batch", 2: "total"} for name in outputs[1:]}}
+    return export_step(wrapper, path, inputs, outputs, cache_axes, past_len=3)
+
+
+def export_step(
+    wrapper: KVCacheLlama, path: Path, inputs: list[str], outputs: list[str], cache_axes: dict[str, dict[int, str]], past_len: int
+) -> Path:
+    """Export `wrapper` (a KVCacheLlama, or a graph with its inputs) to `path` with the contract's
+    axes for ids, positions, bias and logits and `cache_axes` for the cache's inputs and outputs;
+    traced on a step of 2 tokens after `past_len` cached ones (every axis dynamic)."""
+    config = wrapper.model.config
+    n = 2
     ids = torch.randint(0, config.vocab_size, (1, n))
     positions = torch.arange(past_len, past_len + n).unsqueeze(0)
-    kv = [torch.randn(1, wrapper.num_kv_heads, past_len, wrapper.head_dim) for _ in range(2 * layers)]
+    kv = [torch.randn(1, wrapper.num_kv_heads, past_len, wrapper.head_dim) for _ in range(2 * config.num_hidden_layers)]
     axes = {
         "input_ids": {0: "batch", 1: "n"},
         "position_ids": {0: "batch", 1: "n"},
         "attention_bias": {0: "batch", 2: "n", 3: "total"},
         "logits_index": {0: "m"},
         "logits": {0: "batch", 1: "m"},
-        **{name: {0: "batch", 2: "past"} for name in inputs[4:]},
-        **{name: {0: "batch", 2: "total"} for name in outputs[1:]},
+        **cache_axes,
     }
     with torch.no_grad(), warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="You are using the legacy TorchScript-based ONNX export")

@@ -35,7 +35,9 @@ def kv_bytes_per_token(config: PretrainedConfig, dtype: torch.dtype) -> int:
 class GrowableLayer(DynamicLayer):
     """A DynamicLayer whose keys and values are views of the first entries of larger buffers:
     update writes into the spare room (growing the buffers when full), crop only shortens the
-    views. The contract of DynamicLayer is unchanged: keys/values hold exactly the entries."""
+    views. The contract of DynamicLayer is unchanged: keys/values hold exactly the entries. The
+    spare room holds finite numbers (zeros, or entries cropped off): a pass that reads a whole
+    buffer behind a mask (onnx_passes.py) multiplies them by zero weights, and 0 x NaN is NaN."""
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         super().lazy_initialization(key_states, value_states)
@@ -50,6 +52,8 @@ class GrowableLayer(DynamicLayer):
             shape = (*key_states.shape[:2], end + max(MIN_SPARE_SLOTS, end // 4), key_states.shape[-1])
             keys = torch.empty(shape, dtype=key_states.dtype, device=key_states.device)
             values = torch.empty(shape, dtype=value_states.dtype, device=value_states.device)
+            keys[..., end:, :] = 0  # finite: a pass may read the spare room behind its mask
+            values[..., end:, :] = 0
             if length:
                 keys[..., :length, :] = self.keys
                 values[..., :length, :] = self.values

@@ -69,6 +69,10 @@ class VerifierSettings:
         default=True,
         metadata={"group": "performance", "help": "on CPU in bfloat16 or float16, keep a float32 copy of the linear weights for products of 4 rows or more (speculation's rounds, batched passes, prefills), which this CPU runs faster in float32; plain decoding keeps the narrow weights; only the summation order changes; made only where at least half the available memory stays free, and, where pass sizes are tuned without compiled passes, kept only where start-up timing finds 8-token passes faster (adds twice the narrow linear weights' memory; linear_layout.py)"},
     )
+    cpu_onnx_passes: bool = field(
+        default=True,
+        metadata={"group": "performance", "help": "on CPU, run lone passes of up to 16 tokens after a session's first (plain decoding steps, speculative rounds) through onnxruntime, over a graph exported from the served model at start (float32 Llama-layout models; others run in torch as before); its own copy of the weights, the caches shared in place; checked against the model's forward at start and turned off with a warning where it differs (backends/onnx_passes.py)"},
+    )
     cpus: str = field(default="", metadata={"group": "performance", "help": "CPU list to pin this process to, e.g. 0 or 0-1,3 (empty: all it may use)"})
     torch_threads: int = field(default=0, metadata={"group": "performance", "help": "torch intra-op threads (0: one per --cpus CPU if pinned, else torch's default)"})
     grace_seconds: float = field(default=20.0, metadata={"group": "server", "help": "on SIGTERM, how long running streams may finish"})

@@ -143,6 +143,20 @@ class PassRunner(Protocol):
     def run(self) -> torch.Tensor: ...
 
 
+class StaticLonePass:
+    """A lone pass run as a static pass (backends/base.LonePass): its inputs loaded, the runner
+    run, its real rows read, the session's cache told where its entries now end."""
+
+    def __init__(self, runner: PassRunner) -> None:
+        self.runner = runner
+
+    def score(self, cache: KVCache, ids: Sequence[int], positions: torch.Tensor, mask: torch.Tensor, start: int, first_row: int) -> torch.Tensor:
+        self.runner.static.load(ids, positions, mask, start)
+        logits = self.runner.run()[0, first_row : len(ids)]
+        cache.written_to(start + len(ids))
+        return logits
+
+
 class EagerRunner:
     """A StaticPass's forward run as it is, each time."""
 

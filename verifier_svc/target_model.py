@@ -26,7 +26,7 @@ class TargetModel:
 
     def __init__(
         self, model: PreTrainedModel, name: str, graphs: bool = True, cuda_compiled: str = "layers", compiled_passes: bool = False,
-        one_row_copies: bool = True, compiled_store: Path | None = None, float32_copies: bool = True,
+        one_row_copies: bool = True, compiled_store: Path | None = None, float32_copies: bool = True, onnx_passes: bool = False,
     ) -> None:
         """`graphs`: let the backend replay lone passes as recorded graphs where it can (CUDA);
         `cuda_compiled`: record them with the model's decoder layers compiled ("layers"), its
@@ -35,7 +35,9 @@ class TargetModel:
         kept in `compiled_store` (None: in this process only);
         `one_row_copies`: on CPU, let one-token passes read a one-row copy of the linear weights;
         `float32_copies`: on CPU, let products of 4 rows or more read float32 copies of bfloat16
-        or float16 linear weights."""
+        or float16 linear weights;
+        `onnx_passes`: on CPU, run lone passes of a few tokens through onnxruntime where the model
+        allows (backends/onnx_passes.py)."""
         self.model = model
         self.name = name
         self.device = next(model.parameters()).device
@@ -44,7 +46,9 @@ class TargetModel:
         self.context_length: int = model.config.max_position_embeddings
         self.layers = layer_windows(model.config)
         # What only this device kind needs (kernels, layouts, padding, tuning): backends/.
-        self.backend: Backend = backend_for(model, graphs, cuda_compiled, compiled_passes, one_row_copies, compiled_store, float32_copies)
+        self.backend: Backend = backend_for(
+            model, graphs, cuda_compiled, compiled_passes, one_row_copies, compiled_store, float32_copies, onnx_passes
+        )
         # pass_tokens[r - 1]: the tokens a lone pass of r real tokens runs with (padding the
         # rest); past its end, r itself.
         self.pass_tokens: list[int] = [1]
@@ -83,13 +87,10 @@ class TargetModel:
         mask = tree_attention_mask(tree, start, len(pending))  # [real, start + real]
         positions = tree_position_ids(tree, start, len(pending))  # [real]
         ids = [*pending, *tree.tokens.tolist()]
-        runner = self.backend.lone_pass(cache, start, real)
-        if runner is not None:  # a pass of fixed shapes, perhaps recorded (static_pass.py)
+        lone = self.backend.lone_pass(cache, start, real)
+        if lone is not None:  # a static pass, perhaps recorded, or another engine's step
             with self.kernels():
-                runner.static.load(ids, positions, mask, start)
-                logits = runner.run()[0, len(pending) - 1 : real].float().cpu()
-            cache.written_to(start + real)
-            return logits
+                return lone.score(cache, ids, positions, mask, start, len(pending) - 1).float().cpu()
         size = self.pass_tokens[real - 1] if real <= len(self.pass_tokens) else real
         padding = size - real if start + size <= self.context_length else 0
         if padding:  # padding sees the cache and itself; no real token sees it

@@ -45,7 +45,7 @@ def test_weight_bytes_of_int8_weights_are_their_values_and_scales() -> None:
 
 
 def test_report_shows_floor_curve_and_breakdown() -> None:
-    args = argparse.Namespace(model="default", device="cpu", dtype="float32", context=256, repeats=5, no_graphs=False, cuda_compiled="layers", cpu_compiled=False,
+    args = argparse.Namespace(model="default", device="cpu", dtype="float32", context=256, repeats=5, no_graphs=False, cuda_compiled="layers", cpu_compiled=False, no_onnx_passes=False,
                               no_one_row_copies=False, no_float32_copies=False, quantization="none")
     results = {
         "machine": {"cpu_model": "test cpu", "usable_cpus": 2, "torch": "2.13.0", "git_commit": "abc"},
@@ -72,8 +72,14 @@ def test_report_shows_floor_curve_and_breakdown() -> None:
     assert report(args, results).startswith("# Engine profile: default on cpu, float32, compiled lone passes\n")
     args.no_one_row_copies = True
     assert report(args, results).startswith("# Engine profile: default on cpu, float32, compiled lone passes, no one-row copies\n")
-    args.dtype, args.cpu_compiled, args.no_one_row_copies, args.no_float32_copies = "bfloat16", False, False, True
+    args.cpu_compiled, args.no_one_row_copies, args.no_onnx_passes = False, False, False
+    assert "their time counts as time between torch's" in report(args, results)
+    args.no_onnx_passes = True
+    assert report(args, results).startswith("# Engine profile: default on cpu, float32, no onnxruntime passes\n")
+    assert "their time counts" not in report(args, results)
+    args.dtype, args.no_onnx_passes, args.no_float32_copies = "bfloat16", False, True
     assert report(args, results).startswith("# Engine profile: default on cpu, bfloat16, no float32 copies\n")
+    assert "their time counts" not in report(args, results)
     args.dtype = "float32"
     args.device, args.no_graphs = "cuda", True
     assert report(args, results).startswith("# Engine profile: default on cuda, float32, CUDA graphs off\n")

@@ -8,9 +8,22 @@ from typing import TYPE_CHECKING, Protocol
 from transformers import PretrainedConfig
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    import torch
+
     from verifier_svc.kv_cache import KVCache
-    from verifier_svc.static_pass import PassRunner
     from verifier_svc.target_model import TargetModel
+
+
+class LonePass(Protocol):
+    """A lone pass run another way than the model's forward as it is (a static pass, perhaps
+    recorded as a device graph: static_pass.py; another engine's step: onnx_passes.py)."""
+
+    def score(self, cache: KVCache, ids: Sequence[int], positions: torch.Tensor, mask: torch.Tensor, start: int, first_row: int) -> torch.Tensor:
+        """The pass of `ids` ([r] at `positions` after `start` cached entries, mask [r, start + r]
+        bool) appended to `cache`: [r - first_row, vocab] logits of its rows from `first_row` on."""
+        ...
 
 
 class Backend(Protocol):
@@ -36,9 +49,9 @@ class Backend(Protocol):
         """An empty KV cache for a new session (in storage the backend keeps, where it keeps any)."""
         ...
 
-    def lone_pass(self, cache: KVCache, start: int, real: int) -> PassRunner | None:
-        """The runner of a lone pass of `real` tokens after `start` cached ones where the backend
-        has one (a recorded graph: static_pass.py); None: the model's forward, as it is."""
+    def lone_pass(self, cache: KVCache, start: int, real: int) -> LonePass | None:
+        """How a lone pass of `real` tokens after `start` cached ones runs where the backend has
+        its own way (a recorded graph, another engine); None: the model's forward, as it is."""
         ...
 
     def pass_counts(self) -> tuple[int, int]:

@@ -1,7 +1,8 @@
 """The CPU backend: weight-first linear layers (one-row products from one-row copies, and in
 bfloat16 products of several rows from float32 copies, where memory allows), grouped attention
 read in place, padding of float32 batched passes through F.linear, pass sizes tuned at start
-(cpu_tuning.py), and, where asked, lone passes as compiled static passes (cpu_compiled.py)."""
+(cpu_tuning.py), and, where asked, lone passes as compiled static passes (cpu_compiled.py) or
+through onnxruntime (onnx_passes.py)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ from verifier_svc.backends.compiled_layers import CompiledLayers
 from verifier_svc.backends.cpu_compiled import CompiledPassRunner, compiled_layers
 from verifier_svc.backends.cpu_tuning import keep_copies, tune_pass_sizes
 from verifier_svc.backends.generic import GenericBackend
+from verifier_svc.backends.onnx_passes import OnnxPasses, default_store
+from verifier_svc.backends.onnx_step_graph import served_layout
 from verifier_svc.backends.pass_timing import lone_sizes_seconds, prefilled_cache
 from verifier_svc.backends.stored_steps import StoredSteps
 from verifier_svc.kv_cache import KVCache
@@ -26,9 +29,11 @@ from verifier_svc.layer_masks import layer_windows
 from verifier_svc.linear_layout import (
     drop_float32_copies, drop_one_row_copies, float32_copies, linear_switch, one_row_copies, switchable_layers,
 )
-from verifier_svc.static_pass import PassRunner, SlotPasses, StaticPass
+from verifier_svc.static_pass import SlotPasses, StaticPass
+from verifier_svc.token_tree import chain
 
 if TYPE_CHECKING:
+    from verifier_svc.backends.base import LonePass
     from verifier_svc.target_model import TargetModel
 
 log = logging.getLogger(__name__)
@@ -60,6 +65,11 @@ STATIC_ATTENTION = (GROUPED_SDPA, "sdpa", "eager")
 ONE_ROW_DTYPES = (torch.float32,)
 FLOAT32_COPY_DTYPES = (torch.bfloat16, torch.float16)
 COPIES_MEMORY_LEFT = 0.5
+# onnxruntime's step is checked at start on a 4-token pass after this many cached tokens, against
+# the model's forward: float rounding moves the default model's logits (up to ~30) by ~5e-5; a
+# wrong mask, position or layer moves them by whole units.
+ONNX_CHECK_TOKENS = 32
+ONNX_CHECK_RTOL = 1e-4
 
 
 def available_memory_bytes() -> int | None:
@@ -92,22 +102,29 @@ class CpuBackend(GenericBackend):
     (untuned, or with compiled passes, they stay as made). With `compiled_passes`, a lone pass of a session in a
     slot (but a one-token pass where one-row copies exist) runs as a static pass with its layers
     compiled (cpu_compiled.py), weight first, their compiled code kept in `compiled_store` (None:
-    in this process only), and tuning only times."""
+    in this process only), and tuning only times. With `onnx_passes`, a float32 Llama's lone
+    passes of a few tokens run through onnxruntime (onnx_passes.py; other models: as before), and
+    tuning only times."""
 
     kind = "cpu"
 
     def __init__(
         self, model: torch.nn.Module, compiled_passes: bool = False, one_row: bool = True, compiled_store: Path | None = None,
-        float32_rows: bool = True,
+        float32_rows: bool = True, onnx_passes: bool = False,
     ) -> None:
         super().__init__(model)
         self.linear_switch = linear_switch(model)
         self.weight_first = True
         self.one_row = self.float32_rows = False
         self.dtype = next(model.parameters()).dtype
+        self.onnx: OnnxPasses | None = None
+        if onnx_passes and not served_layout(model):
+            log.info("onnxruntime lone passes: not for this model (%s, %s): its passes run in torch", type(model).__name__, self.dtype)
+        elif onnx_passes and self._room_for("onnxruntime", 2 * linear_weight_bytes(model)):
+            self.onnx = OnnxPasses(model, torch.get_num_threads(), default_store())
         drop_one_row_copies(model)  # another backend's, over the same model object
         drop_float32_copies(model)
-        if one_row and self.dtype in ONE_ROW_DTYPES and self._room_for("one-row", linear_weight_bytes(model)):
+        if one_row and self.onnx is None and self.dtype in ONE_ROW_DTYPES and self._room_for("one-row", linear_weight_bytes(model)):
             self.one_row = one_row_copies(model, torch.get_num_threads()) > 0
         if float32_rows and self.dtype in FLOAT32_COPY_DTYPES and self._room_for("float32", 4 // self.dtype.itemsize * linear_weight_bytes(model)):
             self.float32_rows = float32_copies(model) > 0
@@ -152,9 +169,12 @@ class CpuBackend(GenericBackend):
     def kernels(self) -> contextlib.AbstractContextManager:
         return self.linear_switch.set(self.weight_first, self.one_row, self.float32_rows)
 
-    def lone_pass(self, cache: KVCache, start: int, real: int) -> PassRunner | None:
-        """None (an eager pass) for fewer tokens than the smallest static size: a one-token pass
-        where one-row copies exist (COMPILED_SIZES); otherwise the slot's static pass."""
+    def lone_pass(self, cache: KVCache, start: int, real: int) -> LonePass | None:
+        """onnxruntime's step where it runs the pass; else None (an eager pass) for fewer tokens
+        than the smallest static size: a one-token pass where one-row copies exist
+        (COMPILED_SIZES); otherwise the slot's static pass."""
+        if self.onnx is not None and self.onnx.fits(cache, start, real):
+            return self.onnx
         if self.passes is not None and real < self.passes.sizes[0]:
             return None
         return super().lone_pass(cache, start, real)
@@ -164,7 +184,11 @@ class CpuBackend(GenericBackend):
 
     def prepare(self, target: TargetModel) -> None:
         """With compiled passes: compile every slot's pass of every shape (a few compiles cover
-        them all: cpu_compiled.py), or read them from the store, before the verifier serves."""
+        them all: cpu_compiled.py), or read them from the store, before the verifier serves.
+        With onnxruntime passes: check one against the model's own forward, and serve without
+        them (a warning) where it differs by more than float rounding."""
+        if self.onnx is not None:
+            self._check_onnx(target)
         if self.passes is not None and self.compiled is not None:
             began = time.perf_counter()
             self.passes.prepare()
@@ -176,8 +200,21 @@ class CpuBackend(GenericBackend):
             )
 
     @torch.inference_mode()
+    def _check_onnx(self, target: TargetModel) -> None:
+        onnx, self.onnx = self.onnx, None
+        cache = prefilled_cache(target, ONNX_CHECK_TOKENS)
+        expected = target.score(cache, [5], chain([6, 7, 8]))  # the model's forward
+        cache.truncate(ONNX_CHECK_TOKENS)
+        self.onnx = onnx
+        assert onnx is not None and onnx.fits(cache, ONNX_CHECK_TOKENS, 4)
+        difference = (target.score(cache, [5], chain([6, 7, 8])) - expected).abs().max().item()
+        if not difference <= ONNX_CHECK_RTOL * max(1.0, expected.abs().max().item()):
+            log.warning("onnxruntime lone passes off: their logits differ from the model's forward by %.3g", difference)
+            self.onnx = None
+
+    @torch.inference_mode()
     def tune(self, target: TargetModel, context_tokens: int, max_tokens: int, repeats: int) -> list[float]:
-        if self.passes is None:
+        if self.passes is None and self.onnx is None:
             cache = prefilled_cache(target, context_tokens)  # one prefill for all the timing
             if self.one_row and not keep_copies(target, self, "one_row", cache, context_tokens):
                 self._drop_one_row_copies()
@@ -189,7 +226,8 @@ class CpuBackend(GenericBackend):
             if self.one_row and not self.weight_first:  # F.linear reads no copy
                 self._drop_one_row_copies()
             return seconds
-        # Compiled passes are weight first and pad to their own sizes: time them, pad nothing more.
+        # Compiled passes are weight first and pad to their own sizes, onnxruntime's take the
+        # tokens they are given: time them, pad nothing more.
         seconds = lone_sizes_seconds(target, context_tokens, max_tokens, repeats)
         target.pass_tokens, target.pass_seconds, target.pass_context_tokens = [1], seconds, context_tokens
         return seconds

@@ -10,9 +10,11 @@ from transformers import PretrainedConfig
 
 from verifier_svc.attention import sdpa_or_eager
 from verifier_svc.kv_cache import KVCache
+from verifier_svc.static_pass import StaticLonePass
 
 if TYPE_CHECKING:
-    from verifier_svc.static_pass import PassRunner, SlotPasses
+    from verifier_svc.backends.base import LonePass
+    from verifier_svc.static_pass import SlotPasses
     from verifier_svc.target_model import TargetModel
 
 
@@ -38,8 +40,9 @@ class GenericBackend:
     def new_cache(self) -> KVCache:
         return self.passes.new_cache() if self.passes else KVCache(self.model.config)
 
-    def lone_pass(self, cache: KVCache, start: int, real: int) -> PassRunner | None:
-        return self.passes.runner(cache, start, real) if self.passes else None
+    def lone_pass(self, cache: KVCache, start: int, real: int) -> LonePass | None:
+        runner = self.passes.runner(cache, start, real) if self.passes else None
+        return None if runner is None else StaticLonePass(runner)
 
     def pass_counts(self) -> tuple[int, int]:
         return 0, 0

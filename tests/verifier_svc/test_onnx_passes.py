@@ -1,0 +1,137 @@
+"""onnxruntime lone passes (verifier_svc/backends/onnx_passes.py, `--cpu-onnx-passes`): on a
+float32 Llama, passes of up to MAX_TOKENS tokens after a session's first run through the
+exported step, reading the session's cache where it lies: each tree node gets its path's logits
+scored as a plain sequence by transformers' eager forward, across rollbacks, kept paths and the
+cache's growth; prefills and larger rounds stay torch's; other models and dtypes run in torch."""
+
+from __future__ import annotations
+
+import logging
+import random
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from tests.model_matrix import VOCAB, plain_logits
+from tests.verifier_svc.test_model_matrix import LOGIT_ATOL, score_rounds
+from verifier_svc import kv_cache
+from verifier_svc.backends.cpu import CpuBackend
+from verifier_svc.backends.onnx_passes import MAX_TOKENS, OnnxPasses
+from verifier_svc.model_loader import load_model
+from verifier_svc.target_model import TargetModel
+from verifier_svc.token_tree import chain
+
+
+@pytest.fixture(scope="module")
+def llama(matrix_model_folder):  # type: ignore[no-untyped-def]
+    """(the tiny Llama served with onnxruntime passes, its eager reference)."""
+    folder = matrix_model_folder("llama")
+    target = TargetModel(load_model(folder, "cpu", torch.float32), "llama", onnx_passes=True)
+    reference = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32, attn_implementation="eager").eval()
+    return target, reference
+
+
+def onnx_of(target: TargetModel) -> OnnxPasses:
+    backend = target.backend
+    assert isinstance(backend, CpuBackend) and backend.onnx is not None
+    return backend.onnx
+
+
+def test_tree_passes_score_each_path_as_a_plain_sequence(llama) -> None:  # type: ignore[no-untyped-def]
+    """Rounds of 1, 4, 8, 13, 17 and 2 tokens after a prefill: all but the one past MAX_TOKENS run
+    in onnxruntime, each keeping a path (the cache's other entries stay behind as stale ones)."""
+    target, reference = llama
+    rng = random.Random(7)
+    prompt = [rng.randrange(3, VOCAB) for _ in range(40)]
+    cache = target.new_cache()
+    runs = onnx_of(target).runs
+    target.score(cache, prompt[:-1], chain([]))
+    assert onnx_of(target).runs == runs, "a prefill is torch's"
+    assert MAX_TOKENS == 16
+    score_rounds(target, reference, rng, cache, prompt[:-1], prompt[-1:], (0, 3, 7, 12, 16, 1))
+    assert onnx_of(target).runs == runs + 5
+
+
+def test_plain_decoding_past_the_cache_buffers_capacity(llama) -> None:  # type: ignore[no-untyped-def]
+    """One-token passes through onnxruntime from a 5-token prompt until the cache's buffers have
+    grown twice; the logits at the end are the plain sequence's."""
+    target, reference = llama
+    rng = random.Random(8)
+    tokens = [rng.randrange(3, VOCAB) for _ in range(5)]
+    cache = target.new_cache()
+    target.score(cache, tokens[:-1], chain([]))
+    capacities = {cache.cache.layers[0].buffers()[0].shape[-2]}  # type: ignore[index]
+    while len(capacities) < 3:
+        logits = target.score(cache, tokens[-1:], chain([]))
+        tokens.append(int(logits[0].argmax()))
+        capacities.add(cache.cache.layers[0].buffers()[0].shape[-2])  # type: ignore[index]
+    worst = (logits[0] - plain_logits(reference, tokens[:-1])).abs().max().item()
+    assert worst < LOGIT_ATOL, f"logits differ from the plain sequence's by {worst:.3g} after {len(tokens)} tokens"
+    assert len(cache) == len(tokens) - 1
+
+
+def test_a_grown_buffers_spare_room_is_finite(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Memory fresh from torch.empty may hold NaN; a pass that reads a whole buffer behind its mask
+    (onnxruntime's) multiplies the spare room by zero weights, so it must be finite."""
+    monkeypatch.setattr(kv_cache.torch, "empty", lambda shape, **kw: torch.full(shape, float("nan"), **kw))
+    layer = kv_cache.GrowableLayer()
+    layer.update(torch.ones(1, 2, 3, 4), torch.ones(1, 2, 3, 4))
+    keys, values = layer.buffers()  # type: ignore[misc]
+    assert keys.shape[-2] > 3 and torch.isfinite(keys).all() and torch.isfinite(values).all()
+
+
+@pytest.mark.parametrize("architecture,dtype", [("gemma2", torch.float32), ("llama", torch.bfloat16)])
+def test_other_models_and_dtypes_run_in_torch(matrix_model_folder, caplog, architecture: str, dtype: torch.dtype) -> None:  # type: ignore[no-untyped-def]
+    with caplog.at_level(logging.INFO, logger="verifier_svc.backends.cpu"):
+        target = TargetModel(load_model(matrix_model_folder(architecture), "cpu", dtype), architecture, onnx_passes=True)
+    backend = target.backend
+    assert isinstance(backend, CpuBackend) and backend.onnx is None
+    assert "onnxruntime lone passes: not for this model" in caplog.text
+    cache = target.new_cache()
+    target.score(cache, [5, 6, 7], chain([]))
+    assert backend.lone_pass(cache, len(cache), 1) is None
+
+
+def test_a_step_that_differs_from_the_models_forward_is_turned_off_at_start(llama, monkeypatch, caplog) -> None:  # type: ignore[no-untyped-def]
+    """prepare checks one pass against the model's forward: kept as exported, turned off (with a
+    warning, the passes then torch's) when its logits are 0.01 off."""
+    target, _ = llama
+    backend, onnx = target.backend, onnx_of(target)
+    try:
+        backend.prepare(target)
+        assert backend.onnx is onnx
+        score = OnnxPasses.score
+        monkeypatch.setattr(OnnxPasses, "score", lambda self, *args: score(self, *args) + 0.01)
+        with caplog.at_level(logging.WARNING, logger="verifier_svc.backends.cpu"):
+            backend.prepare(target)
+        assert backend.onnx is None and "onnxruntime lone passes off: their logits differ from the model's forward by 0.01" in caplog.text
+    finally:
+        backend.onnx = onnx
+
+
+def test_the_optimized_step_is_kept_and_read_back_and_one_that_no_longer_loads_is_made_again(llama, tmp_path, caplog) -> None:  # type: ignore[no-untyped-def]
+    target, _ = llama
+    cache = target.new_cache()
+    target.score(cache, [5, 6, 7, 8], chain([]))
+    mask = torch.ones(2, len(cache) + 2, dtype=torch.bool).tril(len(cache))
+
+    @torch.inference_mode()  # as TargetModel.score runs it
+    def logits(passes: OnnxPasses) -> torch.Tensor:
+        out = passes.score(cache, [9, 10], torch.tensor([4, 5]), mask, 4, 0)
+        cache.truncate(4)
+        return out
+
+    with caplog.at_level(logging.INFO, logger="verifier_svc.backends.onnx_passes"):
+        first = OnnxPasses(target.model, 1, tmp_path)
+        (folder,) = list(tmp_path.iterdir())
+        assert (folder / "step.onnx").is_file() and "exported, kept in" in caplog.text
+        caplog.clear()
+        second = OnnxPasses(target.model, 1, tmp_path)
+        assert f"read from {folder}" in caplog.text
+        assert torch.equal(logits(first), logits(second))
+        (folder / "step.onnx").write_bytes(b"not a graph")
+        caplog.clear()
+        third = OnnxPasses(target.model, 1, tmp_path)
+    assert "does not load" in caplog.text and "exported, kept in" in caplog.text
+    assert torch.equal(logits(third), logits(first))

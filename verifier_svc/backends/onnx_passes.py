@@ -1,0 +1,168 @@
+"""Lone passes of a few tokens through onnxruntime, for the CPU backend (`--cpu-onnx-passes`).
+
+A one-token pass of the default model through torch's eager forward spends a third of its time
+between kernels (~6,500 op dispatches); onnxruntime runs the same step as one graph
+(onnx_step_graph.py) at the speed of llama.cpp's float32 decoding on this CPU
+(docs/design/onnx-passes.md). The graph is exported from the served model at load and held in one
+InferenceSession (its own copy of the weights); onnxruntime's optimized graph is kept on disk
+(`default_store`), so a later start with the same weights, code and versions reads it in ~1 s
+instead of exporting and optimizing again (~14 s for the default model).
+
+A pass of up to MAX_TOKENS tokens of a session that has a cache runs here: the cache's buffers
+are bound to the graph's inputs where they lie, the new entries come back and are written after
+the session's entries in place (GrowableLayer.update), and only the rows asked for go through
+the output head. Prefills, larger rounds and batched passes stay torch's. The logits are the
+served model's step computed in another order (float rounding: ~3e-5 on the default model's);
+the tests hold it to torch's forward and greedy output to transformers' generate().
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from specdec.model_files import cache_root
+from verifier_svc.backends.onnx_step_graph import export_step_graph, io_names
+from verifier_svc.backends.stored_steps import source_digest, store_key
+from verifier_svc.kv_cache import KVCache
+
+log = logging.getLogger(__name__)
+
+# The most tokens a pass sends through the graph (a speculative round's size at most; larger
+# rounds and prefills read the weights once for many rows, where torch's products are as fast).
+MAX_TOKENS = 16
+HIDDEN = torch.finfo(torch.float32).min
+# The store keeps the optimized step of the STORE_KEEP models (or versions of the code) used last.
+STEP_FILE = "step.onnx"
+STORE_KEEP = 3
+# The graph's code outside this package (the drafters' Llama step it extends).
+GRAPH_SOURCE = Path(__file__).resolve().parents[2] / "drafter_build"
+
+
+class OnnxPasses:
+    """The served model's step as an onnxruntime session on `threads` threads, its optimized graph
+    kept in `store` (None: made at every start)."""
+
+    def __init__(self, model: torch.nn.Module, threads: int, store: Path | None = None) -> None:
+        import onnxruntime as ort
+
+        began = time.perf_counter()
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        # Its threads wait for work spinning, as torch's OpenMP threads do: a one-token pass runs
+        # ~600 small nodes, and waking a parked thread for each cost ~5 ms a pass (31.8 against
+        # 26.8 ms median on this 2-core host, docs/design/onnx-passes.md).
+        folder = None if store is None else store / store_key(model, {"onnxruntime": ort.__version__, "graph": source_digest(GRAPH_SOURCE), "weights": weights_digest(model)})
+        stored = None if folder is None else stored_session(folder, options)
+        if stored is not None:
+            self.session, made = stored, f"read from {folder}"
+        else:
+            self.session = exported_session(model, options, folder)
+            made = f"exported{'' if folder is None else f', kept in {folder}'}"
+        self.inputs, self.outputs = io_names(model.config.num_hidden_layers)
+        self.runs = 0  # passes run here
+        log.info("onnxruntime lone passes ready in %.1f s (%s; onnxruntime %s)", time.perf_counter() - began, made, ort.__version__)
+
+    def fits(self, cache: KVCache, start: int, real: int) -> bool:
+        """Whether a lone pass of `real` tokens after `start` cached ones runs here: a few tokens
+        after a cache that has buffers (a prefill is torch's)."""
+        return real <= MAX_TOKENS and start > 0 and all(layer.buffers() is not None for layer in cache.cache.layers)
+
+    def score(self, cache: KVCache, ids: Sequence[int], positions: torch.Tensor, mask: torch.Tensor, start: int, first_row: int) -> torch.Tensor:
+        """The pass of `ids` at `positions` ([r] after `start` cached entries, mask [r, start + r]
+        bool: tree_attention_mask): [r - first_row, vocab] float32 logits of its rows from
+        `first_row` on; the r new entries appended to the cache."""
+        layers = cache.cache.layers
+        real = len(ids)
+        capacity = layers[0].buffers()[0].shape[-2]  # type: ignore[index]
+        bias = torch.full((1, 1, real, capacity + real), HIDDEN)
+        hidden = torch.tensor(HIDDEN)
+        bias[0, 0, :, :start] = torch.where(mask[:, :start], 0.0, hidden)
+        bias[0, 0, :, capacity:] = torch.where(mask[:, start:], 0.0, hidden)
+        binding = self.session.io_binding()
+        binding.bind_cpu_input("input_ids", np.asarray([ids], np.int64))
+        binding.bind_cpu_input("position_ids", positions.numpy().astype(np.int64)[None])
+        binding.bind_cpu_input("attention_bias", bias.numpy())
+        binding.bind_cpu_input("logits_index", np.arange(first_row, real, dtype=np.int64))
+        names = iter(self.inputs[4:])
+        for layer in layers:
+            for buffer in layer.buffers():  # type: ignore[union-attr]
+                binding.bind_input(next(names), "cpu", 0, np.float32, list(buffer.shape), buffer.data_ptr())
+        for name in self.outputs:
+            binding.bind_output(name, "cpu")
+        self.session.run_with_iobinding(binding)
+        self.runs += 1
+        logits, *new = (torch.from_numpy(value.numpy()) for value in binding.get_outputs())
+        for i, layer in enumerate(layers):
+            layer.update(new[2 * i], new[2 * i + 1])
+        return logits[0]
+
+
+def default_store() -> Path:
+    """onnx-passes in specdec's cache folder (SPECDEC_CACHE_DIR, else ~/.cache/specdec)."""
+    return cache_root() / "onnx-passes"
+
+
+def stored_session(folder: Path, options):  # type: ignore[no-untyped-def]
+    """A session over the optimized step kept in `folder`, or None where there is none or it no
+    longer loads (the folder is then removed, with a warning)."""
+    import onnxruntime as ort
+
+    if not (folder / STEP_FILE).is_file():
+        return None
+    stored = ort.SessionOptions()
+    stored.intra_op_num_threads, stored.inter_op_num_threads = options.intra_op_num_threads, options.inter_op_num_threads
+    stored.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # optimized when kept
+    try:
+        session = ort.InferenceSession(str(folder / STEP_FILE), stored, providers=["CPUExecutionProvider"])
+    except Exception as error:  # onnxruntime's own error types: a file cut short, another format
+        log.warning("the kept onnxruntime step in %s does not load (%s): exported again", folder, str(error).splitlines()[0])
+        shutil.rmtree(folder, ignore_errors=True)
+        return None
+    os.utime(folder)  # used last: the store keeps it longest
+    return session
+
+
+def exported_session(model: torch.nn.Module, options, folder: Path | None):  # type: ignore[no-untyped-def]
+    """A session over the step exported now; its optimized graph written to `folder` (a complete
+    folder appears at once, or not at all) and the store's oldest folders past STORE_KEEP removed."""
+    import onnxruntime as ort
+
+    with tempfile.TemporaryDirectory(prefix="specdec-onnx-") as work, torch.no_grad():
+        path = export_step_graph(model, Path(work) / STEP_FILE)
+        if folder is not None:
+            partial = Path(work) / "optimized"
+            partial.mkdir()
+            options.optimized_model_filepath = str(partial / STEP_FILE)
+            options.add_session_config_entry("session.optimized_model_external_initializers_file_name", f"{STEP_FILE}.data")
+            # Its warning that an optimized graph may hold this CPU's own layouts: the store's key
+            # names the CPU's instruction set.
+            options.log_severity_level = 3
+        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        if folder is not None:
+            folder.parent.mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(OSError):  # another process kept the same step first
+                shutil.move(str(partial), str(folder))
+            for old in sorted((p for p in folder.parent.iterdir() if p.is_dir()), key=lambda p: p.stat().st_mtime)[:-STORE_KEEP]:
+                shutil.rmtree(old, ignore_errors=True)
+    return session
+
+
+def weights_digest(model: torch.nn.Module) -> str:
+    """A digest of the model's parameters (names and bytes): the exported step holds them."""
+    digest = hashlib.blake2b(digest_size=16)
+    for name, parameter in model.named_parameters():
+        digest.update(name.encode())
+        digest.update(parameter.detach().contiguous().view(torch.uint8).numpy())
+    return digest.hexdigest()
