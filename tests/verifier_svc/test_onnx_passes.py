@@ -6,6 +6,7 @@ cache's growth; prefills and larger rounds stay torch's; other models and dtypes
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import random
 
@@ -91,6 +92,15 @@ def test_other_models_and_dtypes_run_in_torch(matrix_model_folder, caplog, archi
     cache = target.new_cache()
     target.score(cache, [5, 6, 7], chain([]))
     assert backend.lone_pass(cache, len(cache), 1) is None
+
+
+def test_without_onnxruntime_installed_the_passes_run_in_torch(matrix_model_folder, monkeypatch, caplog) -> None:  # type: ignore[no-untyped-def]
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *args: None if name == "onnxruntime" else find_spec(name, *args))
+    with caplog.at_level(logging.INFO, logger="verifier_svc.backends.cpu"):
+        target = TargetModel(load_model(matrix_model_folder("llama"), "cpu", torch.float32), "llama", onnx_passes=True)
+    assert isinstance(target.backend, CpuBackend) and target.backend.onnx is None
+    assert "onnxruntime lone passes: onnxruntime not installed (pip install 'specdec[verifier]'): passes run in torch" in caplog.text
 
 
 def test_a_step_that_differs_from_the_models_forward_is_turned_off_at_start(llama, monkeypatch, caplog) -> None:  # type: ignore[no-untyped-def]

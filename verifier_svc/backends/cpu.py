@@ -20,7 +20,7 @@ from verifier_svc.backends.compiled_layers import CompiledLayers
 from verifier_svc.backends.cpu_compiled import CompiledPassRunner, compiled_layers
 from verifier_svc.backends.cpu_tuning import keep_copies, tune_pass_sizes
 from verifier_svc.backends.generic import GenericBackend
-from verifier_svc.backends.onnx_passes import OnnxPasses, default_store
+from verifier_svc.backends.onnx_passes import OnnxPasses, default_store, missing_modules
 from verifier_svc.backends.onnx_step_graph import served_layout
 from verifier_svc.backends.pass_timing import lone_sizes_seconds, prefilled_cache
 from verifier_svc.backends.stored_steps import StoredSteps
@@ -118,7 +118,10 @@ class CpuBackend(GenericBackend):
         self.one_row = self.float32_rows = False
         self.dtype = next(model.parameters()).dtype
         self.onnx: OnnxPasses | None = None
-        if onnx_passes and not served_layout(model):
+        missing = onnx_passes and missing_modules()
+        if missing:
+            log.info("onnxruntime lone passes: %s not installed (pip install 'specdec[verifier]'): passes run in torch", ", ".join(missing))
+        elif onnx_passes and not served_layout(model):
             log.info("onnxruntime lone passes: not for this model (%s, %s): its passes run in torch", type(model).__name__, self.dtype)
         elif onnx_passes and self._room_for("onnxruntime", 2 * linear_weight_bytes(model)):
             self.onnx = OnnxPasses(model, torch.get_num_threads(), default_store())

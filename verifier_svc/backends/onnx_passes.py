@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib.util
 import logging
 import os
 import shutil
@@ -107,6 +108,12 @@ class OnnxPasses:
         for i, layer in enumerate(layers):
             layer.update(new[2 * i], new[2 * i + 1])
         return logits[0]
+
+
+def missing_modules() -> list[str]:
+    """The modules these passes need that are not installed (onnxruntime runs them, torch's exporter
+    writes the graph with onnx); the verifier then serves without them."""
+    return [name for name in ("onnxruntime", "onnx") if importlib.util.find_spec(name) is None]
 
 
 def default_store() -> Path:
