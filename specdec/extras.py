@@ -14,7 +14,7 @@ EXTRA_MODULES: dict[str, tuple[str, ...]] = {
     "serve": SERVE_MODULES,
     "drafter": (*SERVE_MODULES, "kubernetes", "onnxruntime"),
     "gateway": (*SERVE_MODULES, "kubernetes", "fastapi", "uvicorn"),
-    "verifier": (*SERVE_MODULES, "torch", "transformers", "safetensors", "gguf", "accelerate"),
+    "verifier": (*SERVE_MODULES, "torch", "transformers", "safetensors", "gguf", "accelerate", "onnxruntime", "onnx"),
     "build-drafter": (*SERVE_MODULES, "kubernetes", "onnxruntime", "torch", "transformers", "safetensors", "gguf",
                       "accelerate", "onnx", "onnxscript"),
 }

@@ -26,6 +26,7 @@ import os
 import shutil
 import tempfile
 import time
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -39,8 +40,8 @@ from verifier_svc.kv_cache import KVCache
 
 log = logging.getLogger(__name__)
 
-# The most tokens a pass sends through the graph (a speculative round's size at most; larger
-# rounds and prefills read the weights once for many rows, where torch's products are as fast).
+# The most tokens a pass sends through the graph: the sizes start-up timing measures (the default
+# drafts are rounds of up to 9); prefills and larger rounds run in torch, as before.
 MAX_TOKENS = 16
 HIDDEN = torch.finfo(torch.float32).min
 # The store keeps the optimized step of the STORE_KEEP models (or versions of the code) used last.
@@ -72,7 +73,12 @@ class OnnxPasses:
             self.session = exported_session(model, options, folder)
             made = f"exported{'' if folder is None else f', kept in {folder}'}"
         self.inputs, self.outputs = io_names(model.config.num_hidden_layers)
+        self.vocab_size: int = model.config.vocab_size
         self.runs = 0  # passes run here
+        # Per cache, its IOBinding and the buffers' addresses it binds; per pass size, the tensors
+        # a pass writes its new entries to (copied into the cache right after).
+        self._bindings: weakref.WeakKeyDictionary[KVCache, tuple[tuple[int, ...], object]] = weakref.WeakKeyDictionary()
+        self._entries: dict[int, list[torch.Tensor]] = {}
         log.info("onnxruntime lone passes ready in %.1f s (%s; onnxruntime %s)", time.perf_counter() - began, made, ort.__version__)
 
     def fits(self, cache: KVCache, start: int, real: int) -> bool:
@@ -91,23 +97,42 @@ class OnnxPasses:
         hidden = torch.tensor(HIDDEN)
         bias[0, 0, :, :start] = torch.where(mask[:, :start], 0.0, hidden)
         bias[0, 0, :, capacity:] = torch.where(mask[:, start:], 0.0, hidden)
-        binding = self.session.io_binding()
+        binding = self._cache_binding(cache)
         binding.bind_cpu_input("input_ids", np.asarray([ids], np.int64))
         binding.bind_cpu_input("position_ids", positions.numpy().astype(np.int64)[None])
         binding.bind_cpu_input("attention_bias", bias.numpy())
         binding.bind_cpu_input("logits_index", np.arange(first_row, real, dtype=np.int64))
-        names = iter(self.inputs[4:])
-        for layer in layers:
-            for buffer in layer.buffers():  # type: ignore[union-attr]
-                binding.bind_input(next(names), "cpu", 0, np.float32, list(buffer.shape), buffer.data_ptr())
-        for name in self.outputs:
-            binding.bind_output(name, "cpu")
+        logits = torch.empty(1, real - first_row, self.vocab_size)
+        new = self._new_entries(real, layers[0].buffers()[0])  # type: ignore[index]
+        for name, tensor in zip(self.outputs, [logits, *new]):
+            binding.bind_output(name, "cpu", 0, np.float32, list(tensor.shape), tensor.data_ptr())
         self.session.run_with_iobinding(binding)
         self.runs += 1
-        logits, *new = (torch.from_numpy(value.numpy()) for value in binding.get_outputs())
         for i, layer in enumerate(layers):
             layer.update(new[2 * i], new[2 * i + 1])
         return logits[0]
+
+    def _cache_binding(self, cache: KVCache):  # type: ignore[no-untyped-def]
+        """An IOBinding with the cache's buffers bound as the graph's cache inputs: the one made
+        for this cache before, while its buffers are the same (they change only as they grow)."""
+        buffers = [buffer for layer in cache.cache.layers for buffer in layer.buffers()]  # type: ignore[union-attr]
+        addresses = tuple(buffer.data_ptr() for buffer in buffers)
+        kept = self._bindings.get(cache)
+        if kept is not None and kept[0] == addresses:
+            return kept[1]
+        binding = self.session.io_binding()
+        for name, buffer in zip(self.inputs[4:], buffers):
+            binding.bind_input(name, "cpu", 0, np.float32, list(buffer.shape), buffer.data_ptr())
+        self._bindings[cache] = (addresses, binding)
+        return binding
+
+    def _new_entries(self, tokens: int, like: torch.Tensor) -> list[torch.Tensor]:
+        """Outputs for a pass's new keys and values ([1, kv_heads, tokens, head_dim] a layer), kept
+        per size: update copies them into the cache before the next pass."""
+        if tokens not in self._entries:
+            shape = (1, like.shape[1], tokens, like.shape[3])
+            self._entries[tokens] = [torch.empty(shape) for _ in self.outputs[1:]]
+        return self._entries[tokens]
 
 
 def missing_modules() -> list[str]:
