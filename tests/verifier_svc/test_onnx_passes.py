@@ -94,6 +94,13 @@ def test_other_models_and_dtypes_run_in_torch(matrix_model_folder, caplog, archi
     assert backend.lone_pass(cache, len(cache), 1) is None
 
 
+def test_compiled_passes_asked_for_take_the_lone_passes(matrix_model_folder, caplog) -> None:  # type: ignore[no-untyped-def]
+    with caplog.at_level(logging.INFO, logger="verifier_svc.backends.cpu"):
+        target = TargetModel(load_model(matrix_model_folder("llama"), "cpu", torch.float32), "llama", compiled_passes=True, onnx_passes=True)
+    assert isinstance(target.backend, CpuBackend) and target.backend.onnx is None and target.backend.passes is not None
+    assert "onnxruntime lone passes: off with compiled passes" in caplog.text
+
+
 def test_without_onnxruntime_installed_the_passes_run_in_torch(matrix_model_folder, monkeypatch, caplog) -> None:  # type: ignore[no-untyped-def]
     find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *args: None if name == "onnxruntime" else find_spec(name, *args))

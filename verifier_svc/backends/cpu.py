@@ -102,9 +102,9 @@ class CpuBackend(GenericBackend):
     (untuned, or with compiled passes, they stay as made). With `compiled_passes`, a lone pass of a session in a
     slot (but a one-token pass where one-row copies exist) runs as a static pass with its layers
     compiled (cpu_compiled.py), weight first, their compiled code kept in `compiled_store` (None:
-    in this process only), and tuning only times. With `onnx_passes`, a float32 Llama's lone
-    passes of a few tokens run through onnxruntime (onnx_passes.py; other models: as before), and
-    tuning only times."""
+    in this process only), and tuning only times. With `onnx_passes` (and not `compiled_passes`), a
+    float32 Llama's lone passes of a few tokens run through onnxruntime (onnx_passes.py; other
+    models: as before), and tuning only times."""
 
     kind = "cpu"
 
@@ -119,7 +119,9 @@ class CpuBackend(GenericBackend):
         self.dtype = next(model.parameters()).dtype
         self.onnx: OnnxPasses | None = None
         missing = onnx_passes and missing_modules()
-        if missing:
+        if onnx_passes and compiled_passes:  # asked for by name: they take the lone passes
+            log.info("onnxruntime lone passes: off with compiled passes")
+        elif missing:
             log.info("onnxruntime lone passes: %s not installed (pip install 'specdec[verifier]'): passes run in torch", ", ".join(missing))
         elif onnx_passes and not served_layout(model):
             log.info("onnxruntime lone passes: not for this model (%s, %s): its passes run in torch", type(model).__name__, self.dtype)
