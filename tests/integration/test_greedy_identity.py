@@ -1,8 +1,9 @@
 """Greedy identity: at temperature 0 our output equals transformers' own greedy generate,
 token for token, for the copy and n-gram drafters (and the ONNX drafter: its default chain and a tree of 4 deep), draft lengths 1, 4 and 8 (and no speculation), as chains and
 as token trees (one and several branches per node, up to the verifier's 16 nodes), with fixed
-draft lengths and with the adaptive draft-length policies, with and without overlapped drafting;
-and a few of those with the verifier's lone passes through onnxruntime (--cpu-onnx-passes)."""
+draft lengths and with the adaptive draft-length policies, with and without overlapped drafting
+(the verifier's lone passes through onnxruntime, its default on CPU); and a few of those with every
+pass in torch (--cpu-onnx-passes false)."""
 
 from __future__ import annotations
 
@@ -64,24 +65,26 @@ def test_greedy_output_equals_transformers_generate(  # type: ignore[no-untyped-
     if drafter.startswith("onnx-"):
         request.getfixturevalue("onnx_quantized_dir")  # built once, found by the drafter service
     check_greedy_identity(cluster, tokenizer, reference_outputs, drafter, k, nodes, policy, overlap)
+    assert "onnxruntime lone passes ready" in cluster.verifier.log_path.read_text(), "the shared cluster serves the default engine"
 
 
 @pytest.fixture(scope="module")
-def onnx_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    """The test cluster with the verifier's lone passes through onnxruntime (--cpu-onnx-passes)."""
-    logs = tmp_path_factory.mktemp("onnx-cluster-logs")
-    with services(logs, "--cpu-onnx-passes", "true") as c:
+def torch_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """The test cluster with every verifier pass in torch (--cpu-onnx-passes false)."""
+    logs = tmp_path_factory.mktemp("torch-cluster-logs")
+    with services(logs, "--cpu-onnx-passes", "false") as c:
         yield c
-    assert "onnxruntime lone passes ready" in "".join(p.read_text() for p in logs.glob("*verifier*"))
+    assert "onnxruntime lone passes ready" not in "".join(p.read_text() for p in logs.glob("*verifier*"))
 
 
 @pytest.mark.parametrize("drafter,k,nodes,policy,overlap", [("copy", 0, 0, "fixed", False), ("copy", 4, 16, "fixed", False), ("ngram", 8, 8, "auto", True)])
-def test_greedy_output_with_onnxruntime_passes_equals_transformers_generate(  # type: ignore[no-untyped-def]
-    onnx_cluster, tokenizer, reference_outputs, drafter: str, k: int, nodes: int, policy: str, overlap: bool
+def test_greedy_output_with_torch_passes_equals_transformers_generate(  # type: ignore[no-untyped-def]
+    torch_cluster, tokenizer, reference_outputs, drafter: str, k: int, nodes: int, policy: str, overlap: bool
 ) -> None:
-    """Plain decoding, a tree of 16 nodes four at a time (lone passes through onnxruntime, batched
-    ones through torch, on the same caches), and adaptive chains with overlap."""
-    check_greedy_identity(onnx_cluster, tokenizer, reference_outputs, drafter, k, nodes, policy, overlap)
+    """The cases above run the default model's lone passes through onnxruntime (the default on
+    CPU); these run them in torch: plain decoding, a tree of 16 nodes four at a time, and adaptive
+    chains with overlap."""
+    check_greedy_identity(torch_cluster, tokenizer, reference_outputs, drafter, k, nodes, policy, overlap)
 
 
 def check_greedy_identity(  # type: ignore[no-untyped-def]

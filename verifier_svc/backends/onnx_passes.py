@@ -75,9 +75,9 @@ class OnnxPasses:
         self.inputs, self.outputs = io_names(model.config.num_hidden_layers)
         self.vocab_size: int = model.config.vocab_size
         self.runs = 0  # passes run here
-        # Per cache, its IOBinding and the buffers' addresses it binds; per pass size, the tensors
-        # a pass writes its new entries to (copied into the cache right after).
-        self._bindings: weakref.WeakKeyDictionary[KVCache, tuple[tuple[int, ...], object]] = weakref.WeakKeyDictionary()
+        # Per cache, its IOBinding and the buffers' addresses and sizes it binds; per pass size,
+        # the tensors a pass writes its new entries to (copied into the cache right after).
+        self._bindings: weakref.WeakKeyDictionary[KVCache, tuple[tuple[tuple[int, int], ...], object]] = weakref.WeakKeyDictionary()
         self._entries: dict[int, list[torch.Tensor]] = {}
         log.info("onnxruntime lone passes ready in %.1f s (%s; onnxruntime %s)", time.perf_counter() - began, made, ort.__version__)
 
@@ -114,9 +114,10 @@ class OnnxPasses:
 
     def _cache_binding(self, cache: KVCache):  # type: ignore[no-untyped-def]
         """An IOBinding with the cache's buffers bound as the graph's cache inputs: the one made
-        for this cache before, while its buffers are the same (they change only as they grow)."""
+        for this cache before, while its buffers are the same (they change only as they grow; a
+        grown buffer may land where an earlier one was, so their sizes are compared too)."""
         buffers = [buffer for layer in cache.cache.layers for buffer in layer.buffers()]  # type: ignore[union-attr]
-        addresses = tuple(buffer.data_ptr() for buffer in buffers)
+        addresses = tuple((buffer.data_ptr(), buffer.shape[-2]) for buffer in buffers)
         kept = self._bindings.get(cache)
         if kept is not None and kept[0] == addresses:
             return kept[1]
