@@ -24,10 +24,11 @@ EXTRA_MODULES["all"] = (*EXTRA_MODULES["build-drafter"], "fastapi", "uvicorn", "
 def missing_modules(extras: Iterable[str]) -> list[str]:
     """The modules of these extras that cannot be imported here, in the table's order."""
     wanted = dict.fromkeys(m for extra in extras for m in EXTRA_MODULES[extra])
-    return [m for m in wanted if not _importable(m)]
+    return [m for m in wanted if not importable(m)]
 
 
-def _importable(module: str) -> bool:
+def importable(module: str) -> bool:
+    """Whether `module` can be imported here (a half-installed package counts as not)."""
     try:
         return importlib.util.find_spec(module) is not None
     except (ImportError, ValueError):  # a finder refused it, or a half-installed package

@@ -43,7 +43,7 @@ def test_help_lists_each_command_on_one_line(capsys: pytest.CaptureFixture[str],
 def test_a_command_without_its_extra_says_which_to_install(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     from specdec import cli, extras
 
-    monkeypatch.setattr(extras, "_importable", lambda module: module not in ("onnxruntime", "torch"))
+    monkeypatch.setattr(extras, "importable", lambda module: module not in ("onnxruntime", "torch"))
     assert cli.main(["serve", "drafter"]) == 2
     assert cli.main(["demo", "--no-build"]) == 2
     err = capsys.readouterr().err.splitlines()

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import importlib.util
 import logging
 import os
 import shutil
@@ -33,6 +32,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from specdec.extras import importable
 from specdec.model_files import cache_root
 from verifier_svc.backends.onnx_step_graph import export_step_graph, io_names
 from verifier_svc.backends.stored_steps import source_digest, store_key
@@ -139,7 +139,7 @@ class OnnxPasses:
 def missing_modules() -> list[str]:
     """The modules these passes need that are not installed (onnxruntime runs them, torch's exporter
     writes the graph with onnx); the verifier then serves without them."""
-    return [name for name in ("onnxruntime", "onnx") if importlib.util.find_spec(name) is None]
+    return [name for name in ("onnxruntime", "onnx") if not importable(name)]
 
 
 def default_store() -> Path:
