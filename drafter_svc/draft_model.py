@@ -19,6 +19,7 @@ import numpy as np
 
 from drafter_svc.drafter_manifest import Manifest
 from drafter_svc.prompt_cache import PromptCache
+from specdec.onnx_threads import session_options
 
 STEP_SECONDS_DECAY = 0.8  # weight of the previous estimate in the running means of seconds
 
@@ -31,11 +32,8 @@ class DraftModel:
 
         self.folder = folder
         self.manifest = Manifest.read(folder)
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        # No busy-waiting between calls: the verifier may share these cores.
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        self._session = ort.InferenceSession(str(folder / "model.onnx"), options, providers=["CPUExecutionProvider"])
+        # Threads spin within a call and park between calls: the verifier may share these cores.
+        self._session = ort.InferenceSession(str(folder / "model.onnx"), session_options(threads), providers=["CPUExecutionProvider"])
         layers = self.manifest.num_layers
         self._past_names = [f"past_{kind}.{i}" for i in range(layers) for kind in ("key", "value")]
         # Running means over every session of the process (a new session prices its first draft

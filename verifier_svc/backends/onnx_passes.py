@@ -34,6 +34,7 @@ import torch
 
 from specdec.extras import importable
 from specdec.model_files import cache_root
+from specdec.onnx_threads import session_options
 from verifier_svc.backends.onnx_step_graph import export_step_graph, io_names
 from verifier_svc.backends.stored_steps import source_digest, store_key
 from verifier_svc.kv_cache import KVCache
@@ -59,12 +60,9 @@ class OnnxPasses:
         import onnxruntime as ort
 
         began = time.perf_counter()
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        # Its threads wait for work spinning, as torch's OpenMP threads do: a one-token pass runs
-        # ~600 small nodes, and waking a parked thread for each cost ~5 ms a pass (31.8 against
-        # 26.8 ms median on this 2-core host, docs/design/onnx-passes.md).
+        # Its threads spin within a pass, as torch's OpenMP threads do between ops, and park
+        # between passes (specdec/onnx_threads.py).
+        options = session_options(threads)
         folder = None if store is None else store / store_key(model, {"onnxruntime": ort.__version__, "graph": source_digest(GRAPH_SOURCE), "weights": weights_digest(model)})
         stored = None if folder is None else stored_session(folder, options)
         if stored is not None:
@@ -154,8 +152,7 @@ def stored_session(folder: Path, options):  # type: ignore[no-untyped-def]
 
     if not (folder / STEP_FILE).is_file():
         return None
-    stored = ort.SessionOptions()
-    stored.intra_op_num_threads, stored.inter_op_num_threads = options.intra_op_num_threads, options.inter_op_num_threads
+    stored = session_options(options.intra_op_num_threads)
     stored.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # optimized when kept
     try:
         session = ort.InferenceSession(str(folder / STEP_FILE), stored, providers=["CPUExecutionProvider"])
