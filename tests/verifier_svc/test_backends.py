@@ -112,6 +112,41 @@ def test_tuning_stops_at_its_budget_and_then_pads_nothing(monkeypatch) -> None: 
     assert seconds == [] and target.pass_tokens == [1] and target.pass_seconds == [] and layout.weight_first
 
 
+def _tune_batched(cost, monkeypatch) -> tuple[bool, int]:  # type: ignore[no-untyped-def]
+    """(weight first, rows padded to) as tune_batched_layout decides them on a fake clock."""
+    clock = [0.0]
+    monkeypatch.setattr(cpu_tuning.time, "perf_counter", lambda: clock[0])
+    layout = CpuBackend(torch.nn.Sequential(torch.nn.Linear(2, 2)))
+    target = _ScriptedTarget(layout, cost, clock)
+    padded = cpu_tuning.tune_batched_layout(target, layout, _Cache(), context_tokens=8, padded_rows=4)  # type: ignore[arg-type]
+    assert target.calls == 2 * cpu_tuning.COPY_TURNS * 3  # 2, 4 and 8 rows in both layouts, in turns
+    return layout.weight_first, padded
+
+
+def test_torchs_batched_passes_take_the_layout_that_runs_their_rows_faster(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Beside onnxruntime's lone passes: F.linear where its 2-8-row passes run faster (padding 2
+    rows to 4 only where 4 ran faster), weight first where they do not or gain less than MIN_GAIN."""
+    intel = {True: {2: 0.074, 4: 0.076, 8: 0.088}, False: {2: 0.037, 4: 0.057, 8: 0.078}}  # measured, 2026-11-28
+    assert _tune_batched(lambda call, size, weight_first: intel[weight_first][size], monkeypatch) == (False, 1)
+    quirk = {True: {2: 0.074, 4: 0.076, 8: 0.088}, False: {2: 0.070, 4: 0.050, 8: 0.078}}  # 2 rows slow through MKL
+    assert _tune_batched(lambda call, size, weight_first: quirk[weight_first][size], monkeypatch) == (False, 4)
+    amd = {True: {2: 0.030, 4: 0.041, 8: 0.064}, False: {2: 0.071, 4: 0.079, 8: 0.085}}
+    assert _tune_batched(lambda call, size, weight_first: amd[weight_first][size], monkeypatch) == (True, 1)
+    level = {True: {2: 0.050, 4: 0.060, 8: 0.080}, False: {2: 0.049, 4: 0.060, 8: 0.079}}
+    assert _tune_batched(lambda call, size, weight_first: level[weight_first][size], monkeypatch) == (True, 1)
+
+
+def test_a_burst_does_not_choose_torchs_batched_layout(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Weight first hit by a neighbour in all but its last turn: minima compare, so F.linear
+    (slower in clean passes) is not chosen."""
+    def cost(call: int, size: int, weight_first: bool) -> float:
+        if weight_first:
+            return 0.030 if call > 2 * 3 * (cpu_tuning.COPY_TURNS - 1) else 3.0
+        return 0.060
+
+    assert _tune_batched(cost, monkeypatch) == (True, 1)
+
+
 class _CopiesTarget:
     """A target whose passes of `tokens` tokens take cost(turn, copies on) on a fake clock."""
 

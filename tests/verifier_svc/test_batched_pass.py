@@ -82,9 +82,15 @@ def run(target: TargetModel, tokenizer, batched: bool) -> tuple[list[list[int]],
     return [s.tokens for s in group], logits
 
 
-def test_batched_rounds_give_the_tokens_of_unbatched_rounds(target: TargetModel, tokenizer) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("weight_first", [True, False], ids=["weight-first", "F.linear-unpadded"])
+def test_batched_rounds_give_the_tokens_of_unbatched_rounds(target: TargetModel, tokenizer, weight_first: bool, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """Greedy and sampled sessions (same seeds) commit identical tokens batched or not, and
-    every round's logits agree within LOGIT_ATOL; the caches stay consistent across rounds."""
+    every round's logits agree within LOGIT_ATOL; the caches stay consistent across rounds. In
+    either linear layout the CPU backend may choose for batched passes (cpu_tuning), F.linear
+    with 2-row passes left unpadded."""
+    monkeypatch.setattr(target.backend, "weight_first", weight_first)
+    monkeypatch.setattr(target.backend, "linear_min_rows", 1)
+    assert target.min_pass_tokens == 1
     alone_tokens, alone_logits = run(target, tokenizer, batched=False)
     batch_tokens, batch_logits = run(target, tokenizer, batched=True)
     assert batch_tokens == alone_tokens

@@ -152,3 +152,20 @@ def test_the_optimized_step_is_kept_and_read_back_and_one_that_no_longer_loads_i
         third = OnnxPasses(target.model, 1, tmp_path)
     assert "does not load" in caplog.text and "exported, kept in" in caplog.text
     assert torch.equal(logits(third), logits(first))
+
+
+def test_tuning_times_torchs_layout_in_torch_and_the_lone_passes_in_onnxruntime(llama, caplog) -> None:  # type: ignore[no-untyped-def]
+    """Beside onnxruntime's lone passes torch runs the batched ones: tuning chooses torch's layout
+    from passes it runs in torch (none of them through onnxruntime), then times the lone passes
+    as they run (through onnxruntime), and serves with the passes on."""
+    target, _ = llama
+    backend = target.backend
+    kept = backend.weight_first, backend.linear_min_rows
+    runs = onnx_of(target).runs
+    try:
+        with caplog.at_level(logging.INFO, logger="verifier_svc.backends.cpu"):
+            seconds = target.tune_pass_sizes(context_tokens=16, max_tokens=4, repeats=1)
+        assert len(seconds) == 4 and onnx_of(target).runs == runs + 4, "only the lone passes' timing runs in onnxruntime"
+        assert f"torch's passes (batched): {'weight first' if backend.weight_first else 'F.linear'}, padded to {target.min_pass_tokens} rows" in caplog.text
+    finally:
+        backend.weight_first, backend.linear_min_rows = kept

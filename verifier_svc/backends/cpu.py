@@ -18,7 +18,7 @@ from transformers import PretrainedConfig
 from verifier_svc.attention import GROUPED_SDPA, sdpa_or_eager
 from verifier_svc.backends.compiled_layers import CompiledLayers
 from verifier_svc.backends.cpu_compiled import CompiledPassRunner, compiled_layers
-from verifier_svc.backends.cpu_tuning import keep_copies, tune_pass_sizes
+from verifier_svc.backends.cpu_tuning import keep_copies, tune_batched_layout, tune_pass_sizes
 from verifier_svc.backends.generic import GenericBackend
 from verifier_svc.backends.onnx_passes import OnnxPasses, default_store, missing_modules
 from verifier_svc.backends.onnx_step_graph import served_layout
@@ -45,6 +45,9 @@ log = logging.getLogger(__name__)
 # first, as a CPU target runs until tuned, nothing is padded; nor in bfloat16 or float16, whose
 # products cost in proportion to their rows (1 row 27.5 ms, 2 rows 41.4, 4 rows 73-75 from the
 # float32 copies or not: docs/design/float32-copies.md), so padding 2 rows to 4 would slow them.
+# Where onnxruntime takes the lone passes, tuning times torch's batched rows and pads only where
+# that measures faster (cpu_tuning.tune_batched_layout; on a 2-core Intel host of 2026-11-28
+# F.linear ran 2 rows about as fast as 1, and weight first twice as slow).
 CPU_MIN_PASS_TOKENS = 4
 PADDED_DTYPES = (torch.float32,)
 # With compiled passes: sessions whose lone passes run compiled (later ones run eagerly until a
@@ -104,7 +107,8 @@ class CpuBackend(GenericBackend):
     compiled (cpu_compiled.py), weight first, their compiled code kept in `compiled_store` (None:
     in this process only), and tuning only times. With `onnx_passes` (and not `compiled_passes`), a
     float32 Llama's lone passes of a few tokens run through onnxruntime (onnx_passes.py; other
-    models: as before), and tuning only times."""
+    models: as before), and tuning chooses torch's layout for the batched passes left to it and
+    times the lone ones."""
 
     kind = "cpu"
 
@@ -115,6 +119,7 @@ class CpuBackend(GenericBackend):
         super().__init__(model)
         self.linear_switch = linear_switch(model)
         self.weight_first = True
+        self.linear_min_rows = CPU_MIN_PASS_TOKENS  # rows a pass through F.linear is padded to (float32)
         self.one_row = self.float32_rows = False
         self.dtype = next(model.parameters()).dtype
         self.onnx: OnnxPasses | None = None
@@ -169,7 +174,7 @@ class CpuBackend(GenericBackend):
 
     @property
     def min_pass_tokens(self) -> int:
-        return 1 if self.weight_first or self.dtype not in PADDED_DTYPES else CPU_MIN_PASS_TOKENS
+        return 1 if self.weight_first or self.dtype not in PADDED_DTYPES else self.linear_min_rows
 
     def kernels(self) -> contextlib.AbstractContextManager:
         return self.linear_switch.set(self.weight_first, self.one_row, self.float32_rows)
@@ -231,6 +236,14 @@ class CpuBackend(GenericBackend):
             if self.one_row and not self.weight_first:  # F.linear reads no copy
                 self._drop_one_row_copies()
             return seconds
+        if self.onnx is not None and switchable_layers(self.model):
+            # torch's passes are now batched ones: its layout is chosen for them.
+            onnx, self.onnx = self.onnx, None
+            try:
+                self.linear_min_rows = tune_batched_layout(target, self, prefilled_cache(target, context_tokens), context_tokens, CPU_MIN_PASS_TOKENS)
+            finally:
+                self.onnx = onnx
+            log.info("torch's passes (batched): %s, padded to %d rows", "weight first" if self.weight_first else "F.linear", self.min_pass_tokens)
         # Compiled passes are weight first and pad to their own sizes, onnxruntime's take the
         # tokens they are given: time them, pad nothing more.
         seconds = lone_sizes_seconds(target, context_tokens, max_tokens, repeats)

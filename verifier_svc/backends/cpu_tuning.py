@@ -39,6 +39,9 @@ CONFIRM_TURNS = 3
 COPY_TURNS = 5
 # The pass the float32 copies are judged by: a speculative round's size.
 FLOAT32_ROWS_TOKENS = 8
+# Where onnxruntime runs the lone passes, torch's are batched passes of a few sessions' rounds:
+# torch's layout is judged by passes of these many rows, and F.linear's padding of a 2-row pass.
+BATCHED_ROWS = (2, 4, 8)
 
 
 class LayoutChoice(Protocol):
@@ -106,3 +109,25 @@ def tune_pass_sizes(
     target.pass_seconds = [seconds[s - 1] for s in sizes]
     target.pass_context_tokens = context_tokens
     return seconds
+
+
+def tune_batched_layout(target: TargetModel, layout: LayoutChoice, cache: KVCache, context_tokens: int, padded_rows: int,
+                        turns: int = COPY_TURNS) -> int:
+    """Where another engine runs the lone passes and torch the batched ones: set
+    layout.weight_first from torch passes of BATCHED_ROWS tokens on `cache` (target.score must
+    run them in torch), both layouts in turns, `turns` each, F.linear kept only if its minima sum
+    below weight first's by MIN_GAIN. Returns the rows a pass through F.linear is padded to:
+    `padded_rows` where a pass of that many tokens ran faster than one of 2 by MIN_GAIN, else 1
+    (weight first: 1)."""
+    sizes = sorted({*BATCHED_ROWS, padded_rows})
+    best = {choice: dict.fromkeys(sizes, float("inf")) for choice in (True, False)}
+    for turn in range(turns):
+        for choice in (True, False) if turn % 2 == 0 else (False, True):
+            layout.weight_first = choice
+            for size in sizes:
+                best[choice][size] = min(best[choice][size], lone_pass_seconds(target, cache, context_tokens, size))
+    linear = sum(best[False][size] for size in BATCHED_ROWS)
+    layout.weight_first = not linear < (1 - MIN_GAIN) * sum(best[True][size] for size in BATCHED_ROWS)
+    if layout.weight_first:
+        return 1
+    return padded_rows if best[False][padded_rows] < (1 - MIN_GAIN) * best[False][2] else 1
