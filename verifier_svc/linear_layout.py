@@ -1,7 +1,6 @@
 """The target's linear layers on CPU: a pass of few rows computes x W^T weight first.
 
-A decoding pass multiplies a few rows x (1 to 16 tokens) by each weight W. On this project's
-2-core AMD EPYC, torch 2.13's MKL does that slowly as F.linear computes it: one row goes through
+A decoding pass multiplies a few rows x (1 to 16 tokens) by each weight W. On a 2-core AMD EPYC, torch 2.13's MKL does that slowly as F.linear computes it: one row goes through
 a matrix-vector product that reads the weights at ~12 GB/s, and 2 or 3 rows are slower still.
 The same product taken weight first, (W x^T)^T with x^T a transposed view and a single row
 doubled into two columns, reads them about 2.5 times as fast. Over SmolLM2-135M's 211 weights
@@ -30,6 +29,10 @@ Fewer rows keep the bfloat16 weights, which F.linear reads at half the bytes. Ov
 weights, bfloat16 F.linear against the float32 copy weight first, ms (one run): 1 row 27.5 /
 65.3, 2 rows 41.4 / 71.9, 4 rows 74.7 / 73.2, 8 rows 147.6 / 94.5, 64 rows 1,081 / 242
 (docs/design/float32-copies.md).
+
+Another CPU may rank the layouts the other way (a 2-core Intel Xeon with AMX, 2026-11-28: 2 rows
+25.8 ms through F.linear against 60.7 weight first), which is why the CPU backend times both at
+start (backends/cpu_tuning.py) before it keeps one.
 
 `linear_switch(model)` makes the model's nn.Linear layers switchable; they run weight first only
 while a pass has switched them on (TargetModel, which also times both layouts when it tunes its
