@@ -5,7 +5,7 @@ A call runs ~1,000-1,600 small nodes; a worker thread that parks between two of 
 woken for the next, and that cost a one-token call a fifth of its time on the 2-core host. So the
 threads spin while a call runs and stop spinning when it returns (`session.force_spinning_stop`):
 between calls the other service, or this one's gRPC work, has the cores. Measured with the int8
-drafter's step (docs/design/onnx-threads.md): 13.1 ms spinning in the call against 16.3 parked,
+drafter's step (docs/design/onnx-threads.md): 13.2 ms spinning in the call against 16.9 parked,
 the CPU time of a parked pool between calls.
 """
 

@@ -17,6 +17,10 @@ from then on. A start beside a process that loads both cores once timed 2-12-tok
   of passes of r and of s tokens, which a burst of contention hits alike: it is kept only if s's
   minimum is below r's own minimum by batch_planner.MIN_GAIN, so padding never makes a pass slower
   than it was measured to run unpadded.
+
+Where onnxruntime runs the lone passes (onnx_passes.py), torch runs the batched ones: its layout
+is then judged by torch passes of BATCHED_ROWS tokens, both layouts in turns, minima compared
+(`tune_batched_layout`), and the lone passes are only timed.
 """
 
 from __future__ import annotations
