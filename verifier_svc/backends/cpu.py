@@ -243,7 +243,8 @@ class CpuBackend(GenericBackend):
                 self.linear_min_rows = tune_batched_layout(target, self, prefilled_cache(target, context_tokens), context_tokens, CPU_MIN_PASS_TOKENS)
             finally:
                 self.onnx = onnx
-            log.info("torch's passes (batched): %s, padded to %d rows", "weight first" if self.weight_first else "F.linear", self.min_pass_tokens)
+            rows = self.min_pass_tokens
+            log.info("torch's passes (batched): %s, %s", "weight first" if self.weight_first else "F.linear", f"padded to {rows} rows" if rows > 1 else "unpadded")
         # Compiled passes are weight first and pad to their own sizes, onnxruntime's take the
         # tokens they are given: time them, pad nothing more.
         seconds = lone_sizes_seconds(target, context_tokens, max_tokens, repeats)
