@@ -1,7 +1,8 @@
 """The target's linear layers on CPU: a pass of few rows computes x W^T weight first.
 
-A decoding pass multiplies a few rows x (1 to 16 tokens) by each weight W. On a 2-core AMD EPYC, torch 2.13's MKL does that slowly as F.linear computes it: one row goes through
-a matrix-vector product that reads the weights at ~12 GB/s, and 2 or 3 rows are slower still.
+A decoding pass multiplies a few rows x (1 to 16 tokens) by each weight W. On a 2-core AMD EPYC,
+torch 2.13's MKL does that slowly as F.linear computes it: one row goes through a matrix-vector
+product that reads the weights at ~12 GB/s, and 2 or 3 rows are slower still.
 The same product taken weight first, (W x^T)^T with x^T a transposed view and a single row
 doubled into two columns, reads them about 2.5 times as fast. Over SmolLM2-135M's 211 weights
 (538 MB), ms per pass of all of them (one run): 1 row 44.1 -> 17.8 (the doubled row), 2 rows

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -209,13 +210,22 @@ class CpuBackend(GenericBackend):
                 time.perf_counter() - began, steps.compiled, steps.loaded, steps.folder or "no store",
             )
 
+    @contextlib.contextmanager
+    def _passes_in_torch(self) -> Iterator[None]:
+        """Every pass in torch while inside (onnxruntime's set aside, then put back)."""
+        onnx, self.onnx = self.onnx, None
+        try:
+            yield
+        finally:
+            self.onnx = onnx
+
     @torch.inference_mode()
     def _check_onnx(self, target: TargetModel) -> None:
-        onnx, self.onnx = self.onnx, None
-        cache = prefilled_cache(target, ONNX_CHECK_TOKENS)
-        expected = target.score(cache, [5], chain([6, 7, 8]))  # the model's forward
-        cache.truncate(ONNX_CHECK_TOKENS)
-        self.onnx = onnx
+        with self._passes_in_torch():
+            cache = prefilled_cache(target, ONNX_CHECK_TOKENS)
+            expected = target.score(cache, [5], chain([6, 7, 8]))  # the model's forward
+            cache.truncate(ONNX_CHECK_TOKENS)
+        onnx = self.onnx
         assert onnx is not None and onnx.fits(cache, ONNX_CHECK_TOKENS, 4)
         difference = (target.score(cache, [5], chain([6, 7, 8])) - expected).abs().max().item()
         if not difference <= ONNX_CHECK_RTOL * max(1.0, expected.abs().max().item()):
@@ -236,17 +246,15 @@ class CpuBackend(GenericBackend):
             if self.one_row and not self.weight_first:  # F.linear reads no copy
                 self._drop_one_row_copies()
             return seconds
+        cache = prefilled_cache(target, context_tokens)  # one prefill for all the timing
         if self.onnx is not None and switchable_layers(self.model):
             # torch's passes are now batched ones: its layout is chosen for them.
-            onnx, self.onnx = self.onnx, None
-            try:
-                self.linear_min_rows = tune_batched_layout(target, self, prefilled_cache(target, context_tokens), context_tokens, CPU_MIN_PASS_TOKENS)
-            finally:
-                self.onnx = onnx
+            with self._passes_in_torch():
+                self.linear_min_rows = tune_batched_layout(target, self, cache, context_tokens, CPU_MIN_PASS_TOKENS)
             rows = self.min_pass_tokens
             log.info("torch's passes (batched): %s, %s", "weight first" if self.weight_first else "F.linear", f"padded to {rows} rows" if rows > 1 else "unpadded")
         # Compiled passes are weight first and pad to their own sizes, onnxruntime's take the
         # tokens they are given: time them, pad nothing more.
-        seconds = lone_sizes_seconds(target, context_tokens, max_tokens, repeats)
+        seconds = lone_sizes_seconds(target, context_tokens, max_tokens, repeats, cache)
         target.pass_tokens, target.pass_seconds, target.pass_context_tokens = [1], seconds, context_tokens
         return seconds

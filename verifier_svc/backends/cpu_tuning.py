@@ -26,7 +26,7 @@ is then judged by torch passes of BATCHED_ROWS tokens, both layouts in turns, mi
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from verifier_svc.backends.pass_timing import lone_pass_seconds
@@ -63,14 +63,25 @@ def keep_copies(
     attribute of `layout` so."""
     tokens = 1 if copies == "one_row" else FLOAT32_ROWS_TOKENS
     layout.weight_first = True
-    best = {True: float("inf"), False: float("inf")}
-    for turn in range(turns):
-        for choice in (True, False) if turn % 2 == 0 else (False, True):
-            setattr(layout, copies, choice)
-            best[choice] = min(best[choice], lone_pass_seconds(target, cache, context_tokens, tokens))
-    kept = best[True] < (1 - MIN_GAIN) * best[False]
+    best = minima_in_turns(target, cache, context_tokens, lambda choice: setattr(layout, copies, choice), (tokens,), turns)
+    kept = best[True][tokens] < (1 - MIN_GAIN) * best[False][tokens]
     setattr(layout, copies, kept)
     return kept
+
+
+def minima_in_turns(
+    target: TargetModel, cache: KVCache, context_tokens: int, choose: Callable[[bool], None], sizes: Sequence[int], turns: int
+) -> dict[bool, dict[int, float]]:
+    """Per choice (True, False: made by `choose`) and per size, the minimum seconds of lone passes
+    of that many tokens on `cache` over `turns` turns, the two choices in alternating order, so
+    that a burst of contention hits both alike and the minima compare clean passes."""
+    best = {choice: dict.fromkeys(sizes, float("inf")) for choice in (True, False)}
+    for turn in range(turns):
+        for choice in (True, False) if turn % 2 == 0 else (False, True):
+            choose(choice)
+            for size in sizes:
+                best[choice][size] = min(best[choice][size], lone_pass_seconds(target, cache, context_tokens, size))
+    return best
 
 
 def tune_pass_sizes(
@@ -123,13 +134,8 @@ def tune_batched_layout(target: TargetModel, layout: LayoutChoice, cache: KVCach
     below weight first's by MIN_GAIN. Returns the rows a pass through F.linear is padded to:
     `padded_rows` where a pass of that many tokens ran faster than one of 2 by MIN_GAIN, else 1
     (weight first: 1)."""
-    sizes = sorted({*BATCHED_ROWS, padded_rows})
-    best = {choice: dict.fromkeys(sizes, float("inf")) for choice in (True, False)}
-    for turn in range(turns):
-        for choice in (True, False) if turn % 2 == 0 else (False, True):
-            layout.weight_first = choice
-            for size in sizes:
-                best[choice][size] = min(best[choice][size], lone_pass_seconds(target, cache, context_tokens, size))
+    best = minima_in_turns(target, cache, context_tokens, lambda choice: setattr(layout, "weight_first", choice),
+                           sorted({*BATCHED_ROWS, padded_rows}), turns)
     linear = sum(best[False][size] for size in BATCHED_ROWS)
     layout.weight_first = not linear < (1 - MIN_GAIN) * sum(best[True][size] for size in BATCHED_ROWS)
     if layout.weight_first:

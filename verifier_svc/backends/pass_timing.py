@@ -30,10 +30,13 @@ def lone_pass_seconds(target: TargetModel, cache: KVCache, context_tokens: int, 
     return seconds
 
 
-def lone_sizes_seconds(target: TargetModel, context_tokens: int, max_tokens: int, repeats: int) -> list[float]:
-    """Seconds of lone passes of 1..max_tokens tokens after `context_tokens` cached ones (a new
-    cache of the target's), the minimum of `repeats` each."""
-    cache = prefilled_cache(target, context_tokens)
+def lone_sizes_seconds(
+    target: TargetModel, context_tokens: int, max_tokens: int, repeats: int, cache: KVCache | None = None
+) -> list[float]:
+    """Seconds of lone passes of 1..max_tokens tokens after `context_tokens` cached ones (on
+    `cache`, which holds them; None: a new cache of the target's), the minimum of `repeats` each."""
+    if cache is None:
+        cache = prefilled_cache(target, context_tokens)
     return [
         min(lone_pass_seconds(target, cache, context_tokens, size) for _ in range(repeats)) for size in range(1, max_tokens + 1)
     ]
