@@ -11,11 +11,11 @@ docs/design/pass-sizes.md hold the measurements behind them.
   that has its verdict and has not sent its next round, until its verdict time plus JITTER times
   its mean turnaround, but only for sessions turning around faster than the fixed seconds every
   pass pays: a slower one is cheaper left for a pass of its own.
-- **Which rounds share a pass** (`pack`). A batched pass is padded to its longest round, so a
-  prompt's prefill beside decode rounds pads every one of them to its length. A round joins only
-  while its pending tokens (a prompt, or the last token) add at most PADDING_ROWS padded rows
-  beyond their own (about what a pass's fixed cost buys in rows), within max_batch_tokens rows.
-  Drafted nodes do not count here: the drafters price them (specdec/round_price.py).
+- **Which rounds share a pass** (`pack`). A batched pass packs its rounds' rows one after another
+  (batched_pass.py), so a round costs the pass only its own rows: a prompt's prefill beside
+  decode rounds pads none of them. Rounds join in arrival order while the pass's rows stay
+  within max_batch_tokens (the first always runs). Drafted nodes count as rows; the drafters
+  price them (specdec/round_price.py).
 - **Nodes kept** (`kept_nodes`). Hard limits only: with max_pass_rows set, each round of a
   B-round pass keeps at most max_pass_rows // B - pending of its nodes (a prefix of a token tree
   is a token tree: round_pass.prune). The verifier does not re-price drafts.
@@ -37,27 +37,21 @@ if TYPE_CHECKING:  # the CPU backend's tuning imports fastest_at_least; sessions
 
 Key = TypeVar("Key")
 
-PADDING_ROWS = 16  # rows a round's pending tokens may pad a pass by beyond their own
 PRIOR_TURNAROUND = 0.003  # seconds: a drafter on loopback, before any turnaround was seen
 JITTER = 1.5  # a turnaround may run this much over its mean and still be waited for
 DECAY = 0.7  # weight of the previous mean: a session's drafter can change pace
 MIN_GAIN = 0.03  # a padded size must be this much faster than the real one (timing noise)
 
 
-def pack(new_tokens: Sequence[int], pending: Sequence[int], max_tokens: int, max_padding: int = PADDING_ROWS) -> list[int]:
+def pack(new_tokens: Sequence[int], max_tokens: int) -> list[int]:
     """Indices (in order) of the waiting rounds that share the next pass, given each one's new
-    tokens (pending + drafted nodes) and pending tokens, in arrival order: always the first; then
-    each later one whose joining keeps rounds x longest new tokens <= max_tokens and whose pending
-    tokens add at most `max_padding` padded rows beyond their own."""
-    if not new_tokens:
-        return []
-    taken, longest, widest = [0], new_tokens[0], pending[0]
-    for index in range(1, len(new_tokens)):
-        n, p = new_tokens[index], pending[index]
-        padding = (len(taken) + 1) * max(widest, p) - len(taken) * widest - p
-        if (len(taken) + 1) * max(longest, n) <= max_tokens and padding <= max_padding:
+    tokens (pending + drafted nodes), in arrival order: always the first; then each later one
+    whose rows keep the pass's sum within max_tokens."""
+    taken, rows = [], 0
+    for index, n in enumerate(new_tokens):
+        if not taken or rows + n <= max_tokens:
             taken.append(index)
-            longest, widest = max(longest, n), max(widest, p)
+            rows += n
     return taken
 
 
@@ -142,8 +136,7 @@ class BatchPlanner:
 
     def choose(self, waiting: Sequence[tuple[Session, RoundInput]]) -> list[int]:
         """Indices of the waiting rounds (in arrival order) that share the next pass (`pack`)."""
-        pending = [pending_tokens(s) for s, _ in waiting]
-        return pack([p + (0 if s.closed else len(r.tokens)) for (s, r), p in zip(waiting, pending)], pending, self.max_batch_tokens)
+        return pack([pending_tokens(s) + (0 if s.closed else len(r.tokens)) for s, r in waiting], self.max_batch_tokens)
 
     def kept(self, rounds: Sequence[tuple[Session, RoundInput]]) -> list[int]:
         """Nodes each round of a pass keeps (`kept_nodes`)."""

@@ -2,19 +2,20 @@
 
 Each session brings its own KV cache (length L_b), its pending tokens (committed, not yet
 cached; the last is the tree's root) and its token tree (n_b nodes): T_b = pending_b + n_b new
-tokens. The linear layers run over all sessions' new tokens at once, padded; attention runs per
-session over that session's cache where it lies (session_attention.py):
+tokens. The pass is one sequence of packed rows: the linear layers run over R = sum T_b rows,
+with no padding between sessions (a session's drafted node costs one row, not one per session);
+attention runs per session over that session's cache where it lies (session_attention.py):
 
-- queries: the new tokens at [B, T], T = max T_b, right-aligned: session b's real tokens at
-  [T - T_b, T), padding before them, so that every session's root and nodes (the rows
-  acceptance reads) are the last rows of its row and the model's `logits_to_keep` can keep them;
+- queries: [1, R'] rows, session b's T_b tokens at [o_b, o_b + T_b), in the inputs' order, then
+  R' - R padding rows where the backend pads small passes (min_rows: F.linear is slow on 2-3
+  rows on CPU, see CPU_MIN_PASS_TOKENS);
 - keys: session b's own, in its own cache: its L_b cached entries, then its T_b new ones,
   written there in place by the pass. No cache is copied, and the pass allocates nothing
   proportional to the cached entries but its mask;
-- mask: [B, T, L + T], L = max L_b. Row b is session b's own tree mask (tree_attention_mask),
-  its columns at [0, L_b + T_b): the slots of b's cache after the pass; the rest is hidden.
-  Then each layer's window (layer_masks.py);
-- positions: [B, T], session b's own tree_position_ids (padding repeats the first one).
+- mask: [1, 1, R', W], W = max (L_b + T_b). Each row's columns are its own session's key slots:
+  row o_b + i is session b's tree mask row i (tree_attention_mask) at columns [0, L_b + T_b),
+  the rest hidden; then each layer's window (layer_masks.py), from each row's own key positions;
+- positions: [1, R'], session b's own tree_position_ids (padding rows at position 0).
 
 Each real row computes what its session's unbatched pass does, up to float rounding (other
 matrix shapes in the linear layers; attention is the same function over the same tensors). The
@@ -45,30 +46,41 @@ class PassInput:
     tree: TokenTree
 
 
-def batch_shape(inputs: Sequence[PassInput], min_rows: int = 1) -> tuple[int, int]:
-    """(L, T): the padded cache length and new-token length of a pass over `inputs`. T grows
-    so that B * T >= min_rows (F.linear is slow on 2-3 rows on CPU: see CPU_MIN_PASS_TOKENS)."""
-    cached = max(len(x.cache) for x in inputs)
-    new = max(len(x.pending) + len(x.tree) for x in inputs)
-    return cached, max(new, -(-min_rows // len(inputs)))
+def packed_rows(inputs: Sequence[PassInput], min_rows: int = 1) -> tuple[list[int], int]:
+    """(each session's first row, R'): the packed layout of a pass over `inputs` (module
+    docstring), R' = max(R, min_rows)."""
+    offsets, rows = [], 0
+    for x in inputs:
+        offsets.append(rows)
+        rows += len(x.pending) + len(x.tree)
+    return offsets, max(rows, min_rows)
 
 
-def batch_mask_and_positions(inputs: Sequence[PassInput], cached: int, new: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """([B, new, cached + new] bool mask, [B, new] int64 query positions, [B, cached + new]
-    int64 key positions) for the layout described in the module docstring."""
-    mask = torch.zeros(len(inputs), new, cached + new, dtype=torch.bool)
-    positions = torch.zeros(len(inputs), new, dtype=torch.long)
-    keys = torch.zeros(len(inputs), cached + new, dtype=torch.long)  # hidden columns: position 0
-    for b, x in enumerate(inputs):
+def batch_mask_and_positions(inputs: Sequence[PassInput], offsets: Sequence[int], rows: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """([R', W] bool mask, [R'] int64 query positions, [R', W] int64 key positions: each row's
+    own session's) for the packed layout of the module docstring."""
+    width = max(len(x.cache) + len(x.pending) + len(x.tree) for x in inputs)
+    mask = torch.zeros(rows, width, dtype=torch.bool)
+    positions = torch.zeros(rows, dtype=torch.long)
+    keys = torch.zeros(rows, width, dtype=torch.long)  # hidden columns: position 0
+    mask[offsets[-1] + len(inputs[-1].pending) + len(inputs[-1].tree) :, 0] = True  # padding (never computed) sees one column
+    for first, x in zip(offsets, inputs):
         start, real = len(x.cache), len(x.pending) + len(x.tree)
-        first = new - real  # the row of the session's first real token
-        mask[b, first:, : start + real] = tree_attention_mask(x.tree, start, len(x.pending))
-        mask[b, :first, 0] = True  # padding rows (never computed) see one column
-        positions[b, first:] = tree_position_ids(x.tree, start, len(x.pending))
-        positions[b, :first] = positions[b, first]
-        keys[b, :start] = torch.arange(start)  # a cached entry's slot is its position
-        keys[b, start : start + real] = positions[b, first:]
+        own = slice(first, first + real)
+        mask[own, : start + real] = tree_attention_mask(x.tree, start, len(x.pending))
+        positions[own] = tree_position_ids(x.tree, start, len(x.pending))
+        keys[own, :start] = torch.arange(start)  # a cached entry's slot is its position
+        keys[own, start : start + real] = positions[own]
     return mask, positions, keys
+
+
+def packed_masks(target: TargetModel, mask: torch.Tensor, positions: torch.Tensor, keys: torch.Tensor) -> torch.Tensor | dict[str, torch.Tensor]:
+    """The model's `attention_mask` for a packed pass: layer_masks.model_masks with each row as
+    its own batch of one query (its own key positions), laid out as [1, 1, R', W]."""
+    masks = model_masks(target.layers, mask[:, None], positions[:, None], keys, target.dtype, target.device)
+    if isinstance(masks, dict):
+        return {kind: m.view(1, 1, *mask.shape) for kind, m in masks.items()}
+    return masks.view(1, 1, *mask.shape)
 
 
 @torch.inference_mode()
@@ -78,25 +90,22 @@ def score_batch(target: TargetModel, inputs: Sequence[PassInput]) -> list[torch.
     appends its pending_b + n_b new entries to its cache, in place: the contract of TargetModel.score,
     for every session at once. Sessions must be distinct."""
     assert len({id(x.cache) for x in inputs}) == len(inputs), "one round per session per pass"
-    cached, new = batch_shape(inputs, target.min_pass_tokens)
-    mask, positions, keys = batch_mask_and_positions(inputs, cached, new)
-    ids = torch.zeros(len(inputs), new, dtype=torch.long)
-    for b, x in enumerate(inputs):
+    offsets, rows = packed_rows(inputs, target.min_pass_tokens)
+    mask, positions, keys = batch_mask_and_positions(inputs, offsets, rows)
+    ids = torch.zeros(1, rows, dtype=torch.long)
+    kept = []  # the rows acceptance reads: each session's root and nodes, its last n_b + 1
+    for first, x in zip(offsets, inputs):
         tokens = [*x.pending, *x.tree.tokens.tolist()]
-        ids[b, new - len(tokens) :] = torch.tensor(tokens)
-        ids[b, : new - len(tokens)] = tokens[0]
-    masks = model_masks(target.layers, mask, positions, keys, target.dtype, target.device)
-    sessions = [SessionRows(x.cache, len(x.pending) + len(x.tree)) for x in inputs]
-    # The output head runs on the last `kept` rows of each session: its root and nodes, the rows
-    # acceptance reads (and, behind a smaller tree, a few rows before them).
-    kept = max(len(x.tree) + 1 for x in inputs)
+        ids[0, first : first + len(tokens)] = torch.tensor(tokens)
+        kept.extend(range(first + len(x.pending) - 1, first + len(tokens)))
+    sessions = [SessionRows(x.cache, len(x.pending) + len(x.tree), first) for first, x in zip(offsets, inputs)]
     with target.kernels(), session_attention(target.model, sessions):
         logits = target.model(
             input_ids=ids.to(target.device),
-            position_ids=positions.to(target.device),
-            attention_mask=masks,
-            cache=SessionCache(target.model.config, sessions, cached),
+            position_ids=positions[None].to(target.device),
+            attention_mask=packed_masks(target, mask, positions, keys),
+            cache=SessionCache(target.model.config, sessions, max(len(x.cache) for x in inputs)),
             use_cache=True,
-            logits_to_keep=kept,
-        ).logits.float().cpu()  # [B, kept, vocab]
-    return [logits[b, kept - len(x.tree) - 1 :] for b, x in enumerate(inputs)]
+            logits_to_keep=torch.tensor(kept, device=target.device),
+        ).logits[0].float().cpu()  # [sum (n_b + 1), vocab]
+    return list(logits.split([len(x.tree) + 1 for x in inputs]))

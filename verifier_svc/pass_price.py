@@ -1,22 +1,28 @@
 """What a target pass costs this verifier, and the price of a session's next round.
 
 The verifier alone fits what its passes cost and sees its batches, so it alone prices rounds
-(specdec/round_price.py; docs/design/pass-cost.md). A decode pass over B rounds, padded to B x T
-new-token rows, reading `slots` cached entries in all, is modelled as
+(specdec/round_price.py; docs/design/pass-cost.md). Two curves are fitted, one per kind of
+pass, because a device may run them in different engines (on CPU, onnxruntime's lone passes
+and torch's batched ones: a row costs ~1.4 ms in the first, 3-6 ms in the second at 2-8 rows
+and ~1 ms at 16-32):
 
-    t = a + j [rows > 1] + m rows + k slots
+    lone pass (one round):           t = a + j [rows > 1] + m rows + k slots
+    shared pass (B >= 2 rounds):     t = a_s + m_s rows + c_s log2(rows) + k_s slots
 
-a: what every pass pays (weights streamed, launches, the Python around it); j: the jump from a
-one-row pass (matrix-vector products) to any wider one; m: one more row through every layer;
-k: one more cached entry read by attention. Fitted by exponentially weighted least squares
-(recent passes count more) over pseudo-passes that never decay: the lone passes of 1, 2, ...
-tokens the verifier timed at start (`seed`), so the fit starts from this device and model, not
-from figures in code. Each observed pass is clipped to [1 / CLIP, CLIP] times the fit's
-prediction before it enters: a shared host runs single passes several times slower now and
-then, and a burst of contention must not make drafting look ruinous, while a lasting change
-moves the fit within tens of passes. Only decode passes are fitted (every round's pending tokens
-at most DECODE_MAX_PENDING): a prompt's rows go through large matrix products, where a row costs
-least.
+rows: the pass's new-token rows (a batched pass packs its rounds' rows: batched_pass.py);
+slots: the cached entries its attention reads, summed over its rounds; a: what every pass pays
+(weights streamed, launches, the Python around it); j: the jump from a one-row pass
+(matrix-vector products) to any wider one; m: one more row through every layer; k: one more
+cached entry read by attention; c_s: a batched pass's rows grow cheaper as the products widen.
+Each curve is fitted by exponentially weighted least squares (recent passes count more) over
+pseudo-passes that never decay, timed at start (`seed`): lone passes of 1, 2, ... tokens, and
+batched passes of 2-32 rows (batched_pass_timing.py; where none were timed, the lone line's
+seconds stand in), so the fits start from this device and model, not from figures in code.
+Each observed pass is clipped to [1 / CLIP, CLIP] times its curve's prediction before it
+enters: a shared host runs single passes several times slower now and then, and a burst of
+contention must not make drafting look ruinous, while a lasting change moves the fit within
+tens of passes. Only decode passes are fitted (every round's pending tokens at most
+DECODE_MAX_PENDING): a prompt's rows go through large matrix products, where a row costs least.
 
 Prices, in plain decoding passes of the session's next round:
 
@@ -30,9 +36,10 @@ Prices, in plain decoding passes of the session's next round:
   cached length (clipped like the fit's passes), so a long context's wider passes, which cost
   more next to a plain pass than at start-up's short one, are priced as they run. Published
   non-decreasing (a round of more nodes never priced below a smaller one);
-- sharing passes (S = max(B, open sessions) >= 2): the round's share of a pass of B rounds
-  (the last pass that held several), plain = (a + j + m B + k B L) / B; a node pads every
-  round of the next pass, about S of them, so it costs S m / plain, with no fixed overhead.
+- sharing passes (S = max(B, open sessions) >= 2): the unit is the round's share of a pass of
+  its B rounds without drafts (B and the slots of the last pass that held several), plain =
+  t_s(B rows) / B; a node adds one packed row to a pass like the last one (R rows):
+  (t_s(R + 1) - t_s(R)) / plain, with no fixed overhead.
 
 Pure: numpy only, no I/O; the scheduler's worker thread is the only writer, and readers see
 either the old fit or the new one.
@@ -40,7 +47,7 @@ either the old fit or the new one.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -54,66 +61,144 @@ RIDGE = 1e-6  # keeps the normal equations solvable where the seeds leave a term
 # k is pulled towards 0 by this many pseudo-passes at SLOT_UNIT slots: the seeds, all at one
 # context, cannot tell k from a, and passes at other contexts must show it.
 SLOT_RIDGE = 1.0
+# Where no batched pass was timed at start, the shared line starts from the lone line's
+# seconds at these rows (two rounds' slots).
+STAND_IN_ROWS = (2, 4, 8, 16)
+
+Regressors = Callable[[int, int], np.ndarray]
+
+
+def lone_regressors(rows: int, slots: int) -> np.ndarray:
+    return np.array([1.0, float(rows > 1), float(rows), slots / SLOT_UNIT])
+
+
+def shared_regressors(rows: int, slots: int) -> np.ndarray:
+    return np.array([1.0, float(rows), float(np.log2(rows)), slots / SLOT_UNIT])
+
+
+class LineFit:
+    """Seconds of a pass as a line in `regressors(rows, slots)` (the last one the slots): least
+    squares over never-decaying seed pseudo-passes and `decay`-weighted observed passes, every
+    term but the first kept >= 0."""
+
+    def __init__(self, regressors: Regressors, decay: float) -> None:
+        self.regressors = regressors
+        self.decay = decay
+        size = len(regressors(1, 0))
+        self._seed_xx, self._seed_xt = np.zeros((size, size)), np.zeros(size)
+        self._xx, self._xt = np.zeros((size, size)), np.zeros(size)
+        self.fit: np.ndarray | None = None
+
+    def seed(self, passes: Sequence[tuple[int, int, float, float]]) -> None:
+        """Replace the seed by `passes`: (rows, slots, seconds, weight) each."""
+        self._seed_xx, self._seed_xt = np.zeros_like(self._seed_xx), np.zeros_like(self._seed_xt)
+        for rows, slots, seconds, weight in passes:
+            x = self.regressors(rows, slots)
+            self._seed_xx += weight * np.outer(x, x)
+            self._seed_xt += weight * seconds * x
+        self._solve()
+
+    def add(self, rows: int, slots: int, seconds: float) -> None:
+        """One observed pass, clipped to [1 / CLIP, CLIP] times the fit's prediction."""
+        if self.fit is not None:
+            predicted = self.seconds(rows, slots)
+            seconds = min(max(seconds, predicted / CLIP), predicted * CLIP)
+        x = self.regressors(rows, slots)
+        self._xx = self.decay * self._xx + np.outer(x, x)
+        self._xt = self.decay * self._xt + seconds * x
+        self._solve()
+
+    def _solve(self) -> None:
+        """Least squares with the terms after the first kept >= 0: a term the data would make
+        negative (noisy timings: a wider pass measured faster) is dropped and the rest refitted,
+        so the others still fit what was measured."""
+        xx = self._seed_xx + self._xx
+        size = len(xx)
+        scale = max(float(np.trace(xx)), 1e-12)
+        ridge = np.zeros(size)
+        ridge[-1] = SLOT_RIDGE
+        a = xx + RIDGE * scale * np.eye(size) + np.diag(ridge)
+        b = self._seed_xt + self._xt
+        free = list(range(size))
+        while True:
+            solution = np.linalg.solve(a[np.ix_(free, free)], b[free])
+            negative = [i for i, v in zip(free, solution) if i > 0 and v < 0]
+            if not negative:
+                break
+            free = [i for i in free if i not in negative]
+        fit = np.zeros(size)
+        fit[free] = solution
+        self.fit = fit
+
+    def terms(self) -> tuple[float, ...]:
+        """The fit's terms, none negative, the slots' per entry; zeros before any seed or pass."""
+        if self.fit is None:
+            return (0.0,) * len(self._xt)
+        values = [max(0.0, float(v)) for v in self.fit]
+        values[-1] /= SLOT_UNIT
+        return tuple(values)
+
+    def seconds(self, rows: int, slots: int) -> float:
+        if self.fit is None:
+            return 0.0
+        return float(np.dot(np.maximum(self.fit, 0.0), self.regressors(rows, slots)))
 
 
 class PassPriceModel:
-    """Running fit of t = a + j [rows > 1] + m rows + k slots, and round prices from it."""
+    """Running fits of the lone and the shared passes' seconds, and round prices from them."""
 
     def __init__(self, decay: float = 0.98, seed_weight: float = 4.0) -> None:
         if not 0.0 < decay <= 1.0:
             raise ValueError(f"decay must be in (0, 1], got {decay}")
-        self.decay = decay
         self.seed_weight = seed_weight
-        self._seed_xx, self._seed_xt = np.zeros((4, 4)), np.zeros(4)
-        self._xx, self._xt = np.zeros((4, 4)), np.zeros(4)
-        self._fit: np.ndarray | None = None
+        self.lone = LineFit(lone_regressors, decay)
+        self.shared = LineFit(shared_regressors, decay)
+        self.shared_seeded = False  # the shared line started from batched passes timed at start
         self.seed_context = 0  # cached tokens before the seeded passes
         self.passes = 0  # observed passes
         self.shared_rounds = 0  # rounds of the last pass that held several (0: none yet)
         self.shared_slots = 0  # and the cached entries it read
+        self.shared_rows = 0  # and its rows
         self._lone_costs: list[float] = []  # a lone round of 1, 2, ... nodes, in plain passes
 
     @property
     def fitted(self) -> bool:
-        return self._fit is not None
+        return self.lone.fit is not None
 
-    def seed(self, lone_seconds: Sequence[float], context: int) -> None:
-        """Start from lone passes timed at start: lone_seconds[r - 1] for r new tokens (the
-        pending token and r - 1 drafted nodes) after `context` cached tokens; seed_weight
-        pseudo-passes in all, half of them the plain pass. Their ratios to the one-token pass,
-        up to the first size not timed, start the lone round's table (module docstring)."""
+    def seed(self, lone_seconds: Sequence[float], context: int, batched: Sequence[tuple[int, int, float]] = ()) -> None:
+        """Start from passes timed at start: lone_seconds[r - 1] for a lone pass of r new tokens
+        (the pending token and r - 1 drafted nodes) after `context` cached tokens, seed_weight
+        pseudo-passes in all, half of them the plain pass; their ratios to the one-token pass,
+        up to the first size not timed, start the lone round's table (module docstring). And
+        `batched`: (rows, slots, seconds) of batched passes, seed_weight pseudo-passes in all;
+        none: the lone line's seconds at STAND_IN_ROWS stand in."""
         valid = [(r, t) for r, t in enumerate(lone_seconds, start=1) if t > 0]
         if not valid or valid[0][0] != 1:
             return
         timed = [t for _, t in valid[: next((i for i, (r, _) in enumerate(valid) if r != i + 1), len(valid))]]
         self._lone_costs = [t / timed[0] for t in timed[1:]]
-        self._seed_xx, self._seed_xt = np.zeros((4, 4)), np.zeros(4)
         wider = max(1, len(valid) - 1)
-        for rows, seconds in valid:
-            weight = self.seed_weight / 2 * (1.0 if rows == 1 else 1.0 / wider)
-            x = _regressors(rows, context)
-            self._seed_xx += weight * np.outer(x, x)
-            self._seed_xt += weight * seconds * x
+        self.lone.seed([(rows, context, t, self.seed_weight / 2 * (1.0 if rows == 1 else 1.0 / wider)) for rows, t in valid])
         self.seed_context = context
-        self._solve()
+        shared = [(rows, slots, t) for rows, slots, t in batched if rows > 0 and slots >= 0 and t > 0]
+        self.shared_seeded = bool(shared)
+        if not shared:
+            shared = [(rows, 2 * context, self.lone.seconds(rows, 2 * context)) for rows in STAND_IN_ROWS]
+        self.shared.seed([(rows, slots, t, self.seed_weight / len(shared)) for rows, slots, t in shared])
 
     def observe(self, rows: int, slots: int, seconds: float, rounds: int = 1) -> None:
-        """One decode pass of `rounds` rounds: `rows` padded new-token rows over `slots` cached
-        entries, in `seconds`."""
+        """One decode pass of `rounds` rounds: `rows` new-token rows (as run: packed, padding
+        included) over `slots` cached entries, in `seconds`."""
         if rows <= 0 or slots < 0 or not seconds > 0:
             return
-        if self._fit is not None:
-            if rounds == 1:
-                self._learn_lone_cost(rows, slots, seconds)
-            predicted = self.seconds(rows, slots)
-            seconds = min(max(seconds, predicted / CLIP), predicted * CLIP)
-        x = _regressors(rows, slots)
-        self._xx = self.decay * self._xx + np.outer(x, x)
-        self._xt = self.decay * self._xt + seconds * x
-        self.passes += 1
         if rounds >= 2:
-            self.shared_rounds, self.shared_slots = rounds, slots
-        self._solve()
+            self.shared.add(rows, slots, seconds)
+            self.shared_rounds, self.shared_slots, self.shared_rows = rounds, slots, rows
+        else:
+            if self.lone.fit is not None:
+                self._learn_lone_cost(rows, slots, seconds)
+            self.lone.add(rows, slots, seconds)
+        self.passes += 1
 
     def _learn_lone_cost(self, rows: int, slots: int, seconds: float) -> None:
         """Move the table's entry for a lone pass of `rows` tokens (rows - 1 nodes) towards its
@@ -136,61 +221,44 @@ class PassPriceModel:
             table.append(highest)
         return tuple(table)
 
-    def _solve(self) -> None:
-        """Least squares with j, m and k kept >= 0: a term the data would make negative (noisy
-        timings: a wider pass measured faster) is dropped and the rest refitted, so the others
-        still fit what was measured."""
-        xx = self._seed_xx + self._xx
-        scale = max(float(np.trace(xx)), 1e-12)
-        a = xx + RIDGE * scale * np.eye(4) + np.diag([0.0, 0.0, 0.0, SLOT_RIDGE])
-        b = self._seed_xt + self._xt
-        free = [0, 1, 2, 3]
-        while True:
-            solution = np.linalg.solve(a[np.ix_(free, free)], b[free])
-            negative = [i for i, v in zip(free, solution) if i > 0 and v < 0]
-            if not negative:
-                break
-            free = [i for i in free if i not in negative]
-        fit = np.zeros(4)
-        fit[free] = solution
-        self._fit = fit
-
     def terms(self) -> tuple[float, float, float, float]:
-        """(a, j, m, k per slot) of the fit, none negative; zeros before any seed or pass."""
-        if self._fit is None:
-            return 0.0, 0.0, 0.0, 0.0
-        a, j, m, k = (max(0.0, float(v)) for v in self._fit)
-        return a, j, m, k / SLOT_UNIT
+        """(a, j, m, k per slot) of the lone line, none negative; zeros before any seed or pass."""
+        a, j, m, k = self.lone.terms()
+        return a, j, m, k
+
+    def shared_terms(self) -> tuple[float, float, float, float]:
+        """(a_s, m_s, c_s, k_s per slot) of the shared curve, none negative."""
+        a, m, c, k = self.shared.terms()
+        return a, m, c, k
+
+    def shared_row_seconds(self, rows: int, slots: int) -> float:
+        """What one more row adds to a shared pass of `rows` rows over `slots` cached entries."""
+        return self.shared.seconds(rows + 1, slots) - self.shared.seconds(rows, slots)
 
     @property
     def fixed_seconds(self) -> float:
-        """a + j: what every pass of more than one row pays, whatever its shape."""
+        """a + j: what every lone pass of more than one row pays, whatever its shape."""
         a, j, _, _ = self.terms()
         return a + j
 
-    def seconds(self, rows: int, slots: int) -> float:
-        """The fit's seconds for a pass of `rows` rows over `slots` cached entries."""
-        a, j, m, k = self.terms()
-        return a + j * (rows > 1) + m * rows + k * slots
+    def seconds(self, rows: int, slots: int, rounds: int = 1) -> float:
+        """The fit's seconds for a pass of `rounds` rounds, `rows` rows over `slots` cached entries."""
+        return (self.shared if rounds >= 2 else self.lone).seconds(rows, slots)
 
     def price(self, context: int, shared: int = 1) -> RoundPrice:
         """The price of a session's next round after `context` cached tokens, with `shared`
         rounds likely in its pass (module docstring); no price before any seed or pass."""
-        if self._fit is None:
+        if self.lone.fit is None:
             return RoundPrice()
-        a, j, m, k = self.terms()
         if shared <= 1:
+            a, j, m, k = self.terms()
             plain = a + m + k * context
             if plain <= 0:
                 return RoundPrice()
             return RoundPrice(m / plain, j / plain, plain, self.lone_costs)
         rounds = self.shared_rounds or shared
         slots = self.shared_slots if self.shared_rounds else rounds * context
-        share = (a + j + m * rounds + k * slots) / rounds
+        share = self.shared.seconds(rounds, slots) / rounds
         if share <= 0:
             return RoundPrice()
-        return RoundPrice(shared * m / share, 0.0, share)
-
-
-def _regressors(rows: int, slots: int) -> np.ndarray:
-    return np.array([1.0, float(rows > 1), float(rows), slots / SLOT_UNIT])
+        return RoundPrice(self.shared_row_seconds(self.shared_rows or rounds, slots) / share, 0.0, share)

@@ -12,8 +12,9 @@ from verifier_svc.session import RoundInput, Session
 @dataclass(frozen=True)
 class PassRecord:
     """What one pass did, for metrics and for the verdicts: rounds in it, new tokens, the waits
-    of its rounds, seconds; its shape (rows = B x T padded new-token rows, slots = the cached
-    entries its attention reads, summed over its rounds)."""
+    of its rounds, seconds; its shape (rows = its rounds' new-token rows, packed one after
+    another: batched_pass.py; slots = the cached entries its attention reads, summed over its
+    rounds)."""
 
     rounds: int
     tokens: int

@@ -196,8 +196,8 @@ class Scheduler:
                 _resolve(w, error=error)
         if not ready:
             return
-        longest = max(len(p.pending) + len(p.tree) for _, p in ready)
-        rows, slots = len(ready) * longest, sum(cached_entries(w.session) for w, _ in ready)
+        rows = sum(len(p.pending) + len(p.tree) for _, p in ready)  # packed: batched_pass.py
+        slots = sum(cached_entries(w.session) for w, _ in ready)
         try:
             if len(ready) == 1:
                 w, p = ready[0]
@@ -215,10 +215,7 @@ class Scheduler:
             except Exception as error:  # noqa: BLE001
                 results.append((w, None, error))
         seconds = time.perf_counter() - started
-        record = PassRecord(
-            len(ready), sum(len(p.pending) + len(p.tree) for _, p in ready), [started - w.arrived for w, _ in ready],
-            seconds, rows, slots,
-        )
+        record = PassRecord(len(ready), rows, [started - w.arrived for w, _ in ready], seconds, rows, slots)
         if self.on_pass:  # before the verdicts go out: a client that has its verdict sees the pass counted
             try:
                 self.on_pass(record)

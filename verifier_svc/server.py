@@ -27,6 +27,7 @@ from specdec.v1 import verifier_pb2, verifier_pb2_grpc
 from verifier_svc.backends.cuda import compiled_error
 from verifier_svc.backends.pass_timing import PRICE_CONTEXT_TOKENS, time_lone_passes
 from verifier_svc.backends.stored_steps import store_folder
+from verifier_svc.batched_pass_timing import time_batched_passes
 from verifier_svc.int8_weights import quantization_error, quantize_linear_layers
 from verifier_svc.model_loader import ModelNotServable, one_line, open_model, placement_error, resolve_dtype, served_name
 from verifier_svc.servicer import Batching, VerifierServicer
@@ -71,6 +72,7 @@ def load_target(config: VerifierSettings) -> tuple[TargetModel, Tokenizer]:
             )
     if not target.pass_seconds:  # not tuned: the round price still starts from this device's own passes
         target.pass_seconds, target.pass_context_tokens = time_lone_passes(target), PRICE_CONTEXT_TOKENS
+    target.batched_pass_seconds = time_batched_passes(target)
     return target, tokenizer
 
 

@@ -129,8 +129,8 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServicer):
             max_draft_depth=self.max_draft_depth,
             max_sessions=self.sessions.max_sessions,
         )
-        # The price starts from the lone passes timed at start (server.load_target).
-        self.scheduler.pass_price.seed(target.pass_seconds, target.pass_context_tokens)
+        # The price starts from the lone and batched passes timed at start (server.load_target).
+        self.scheduler.pass_price.seed(target.pass_seconds, target.pass_context_tokens, target.batched_pass_seconds)
         if self.batching.max_kv_bytes:
             self.sessions.max_kv_tokens = self.batching.max_kv_bytes // kv_bytes_per_token(target.model.config, target.dtype)
         self.compiler = GrammarCompiler(tokenizer.to_json(), tokenizer.eos_token_ids, target.vocab_size)

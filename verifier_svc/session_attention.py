@@ -1,13 +1,13 @@
 """A batched pass's attention over each session's own cache, where it lies.
 
-The linear layers of a batched pass run over all sessions' new tokens at once ([B, T] rows); its
-attention runs once per session, over that session's KV cache buffers as they are. SessionCache
-is the cache the model's forward is given: its `update` writes row b's real new entries (the
-last T_b of its T) in place into session b's own GrowableLayer (kv_cache.py), and returns keys
-and values of the pass's nominal shape ([B, kv_heads, L + T, head_dim], stride 0: nothing
-allocated) that nothing reads. The attention function `SESSION_ATTENTION`, selected for the
-pass by `session_attention`, calls per session b the attention function the model was loaded
-with (GROUPED_SDPA, sdpa or eager: attention.py), on b's real query rows, b's cache view
+The linear layers of a batched pass run over all sessions' new tokens at once, packed in one
+sequence of rows (batched_pass.py: session b's T_b rows from row o_b); its attention runs once per
+session, over that session's KV cache buffers as they are. SessionCache is the cache the
+model's forward is given: its `update` writes session b's new entries (its rows) in place into
+its own GrowableLayer (kv_cache.py), and returns keys and values of a nominal shape (stride 0:
+nothing allocated) that nothing reads. The attention function `SESSION_ATTENTION`, selected for
+the pass by `session_attention`, calls per session b the attention function the model was
+loaded with (GROUPED_SDPA, sdpa or eager: attention.py), on b's query rows, b's cache view
 [1, kv_heads, L_b + T_b, head_dim] and b's mask rows and columns. Every argument the model
 passes (scaling, soft cap, window, sinks) reaches that function unchanged, so each session's
 attention is what its lone pass computes, for any architecture whose attention modules call
@@ -41,11 +41,16 @@ SESSION_ATTENTION = "specdec_session_attention"
 
 @dataclass(frozen=True)
 class SessionRows:
-    """Where one session sits in a batched pass: its cache and its T_b real new tokens, the last
-    T_b of the pass's T query rows."""
+    """Where one session sits in a batched pass: its cache and its T_b new tokens, the pass's
+    query rows [first, first + T_b)."""
 
     cache: KVCache
     new: int
+    first: int
+
+    @property
+    def rows(self) -> slice:
+        return slice(self.first, self.first + self.new)
 
 
 class _SessionsLayer(DynamicLayer):
@@ -56,10 +61,9 @@ class _SessionsLayer(DynamicLayer):
         self.sessions, self.index, self.cached = sessions, index, cached
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:  # type: ignore[override]
-        new = key_states.shape[-2]  # [B, kv_heads, T, head_dim]
-        for b, rows in enumerate(self.sessions):
-            own = slice(new - rows.new, new)
-            rows.cache.cache.layers[self.index].update(key_states[b : b + 1, :, own], value_states[b : b + 1, :, own])
+        new = key_states.shape[-2]  # [1, kv_heads, R', head_dim]
+        for rows in self.sessions:
+            rows.cache.cache.layers[self.index].update(key_states[:, :, rows.rows], value_states[:, :, rows.rows])
         shape = (*key_states.shape[:2], self.cached + new, key_states.shape[-1])
         return key_states.new_zeros(()).expand(shape), value_states.new_zeros(()).expand(shape)
 
@@ -132,10 +136,10 @@ def _loaded_attention(module: torch.nn.Module, active: _ActivePass) -> Callable[
 
 def session_attention_forward(
     module: torch.nn.Module,
-    query: torch.Tensor,  # [B, heads, T, d]
+    query: torch.Tensor,  # [1, heads, R', d]
     key: torch.Tensor,  # nominal, unread: the sessions' caches are read instead
     value: torch.Tensor,
-    attention_mask: torch.Tensor | None,  # additive, [B, 1, T, L + T]: session b's keys at [0, L_b + T_b)
+    attention_mask: torch.Tensor | None,  # additive, [1, 1, R', W]: each row's own session's keys at [0, L_b + T_b)
     **kwargs: object,
 ) -> tuple[torch.Tensor, None]:
     """transformers' attention-function contract: ([B, T, heads, d] output, no weights)."""
@@ -145,12 +149,11 @@ def session_attention_forward(
     batch, heads, new, head_dim = query.shape
     out = query.new_zeros(batch, new, heads, head_dim)
     index = module.layer_idx  # type: ignore[attr-defined]
-    for b, rows in enumerate(active.sessions):
+    for rows in active.sessions:
         layer = rows.cache.cache.layers[index]
-        own = slice(new - rows.new, new)
-        mask = None if attention_mask is None else attention_mask[b : b + 1, :, own, : layer.keys.shape[-2]]
-        result, _ = inner(module, query[b : b + 1, :, own], layer.keys, layer.values, mask, **kwargs)
-        out[b, own] = result[0]
+        mask = None if attention_mask is None else attention_mask[:, :, rows.rows, : layer.keys.shape[-2]]
+        result, _ = inner(module, query[:, :, rows.rows], layer.keys, layer.values, mask, **kwargs)
+        out[:, rows.rows] = result
     return out, None
 
 

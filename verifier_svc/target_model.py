@@ -56,6 +56,8 @@ class TargetModel:
         # pass_context_tokens cached ones, as tune_pass_sizes timed it (empty: not timed).
         self.pass_seconds: list[float] = []
         self.pass_context_tokens = 0
+        # (rows, slots, seconds) of batched passes timed at start (batched_pass_timing.py; empty: none).
+        self.batched_pass_seconds: list[tuple[int, int, float]] = []
 
     @property
     def min_pass_tokens(self) -> int:

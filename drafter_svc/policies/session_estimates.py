@@ -149,8 +149,9 @@ class SessionEstimates:
 
     def probe_due(self) -> bool:
         """A pricing policy has declined PROBE_AFTER (with backoff) rounds in a row: send the best
-        depth of at least 1. Not in a batched pass, where a probe pads every round of it; a
-        session that declines under load probes once the load is gone."""
+        depth of at least 1. Not in a batched pass, where the price of a node grows with the
+        sessions sharing it and a decline is the load's, not a stale rate's; a session that
+        declines under load probes once the load is gone."""
         return self.declined >= self.probe_after and not self.shared()
 
     def threshold(self) -> float:

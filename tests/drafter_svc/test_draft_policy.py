@@ -198,16 +198,20 @@ def test_a_policy_that_stopped_drafting_probes_again(name: str) -> None:
     assert gaps[:5] == [3, 6, 12, 12, 3], (sent, gaps)  # the probe at 36 was accepted: 3 again
 
 
-# A batching verifier: a padded pass over B rounds of up to T new tokens each takes BATCH_FIXED +
-# ROW * B * T seconds (a lone round: `seconds` above), and it prices the next round as
+# A batching verifier: a packed pass over B rounds of T_b new tokens each takes BATCH_FIXED +
+# ROW * sum T_b seconds (a lone round: `seconds` above), and it prices the next round as
 # verifier_svc/pass_price.py does: a round's share of a pass without drafts is the unit, and a
-# node pads every round of the pass.
+# node adds one row.
 BATCH_FIXED, ROW = 0.045, 0.0025
 
 
 def shared_price(sessions: int) -> RoundPrice:
     share = (BATCH_FIXED + ROW * sessions) / sessions
-    return RoundPrice(sessions * ROW / share, 0.0, share)
+    return RoundPrice(ROW / share, 0.0, share)
+
+
+# A verifier under a load where a node costs more than a plain round: no draft pays.
+BUSY = RoundPrice(1.5, 0.0, 0.004)
 
 
 def simulate_load(name: str, sessions: int, alpha: float, rounds: int, seed: int) -> tuple[float, list[int]]:
@@ -222,8 +226,7 @@ def simulate_load(name: str, sessions: int, alpha: float, rounds: int, seed: int
     tokens, elapsed, sent_per_pass = 0, 0.0, []
     for _ in range(rounds):
         sent = [p.choose(CHAIN, 8, 8) if p.may_draft() else Draft.point_masses([]) for p in policies]
-        longest = 1 + max(len(d) for d in sent)
-        t = seconds(len(sent[0])) if sessions == 1 else BATCH_FIXED + ROW * sessions * longest
+        t = seconds(len(sent[0])) if sessions == 1 else BATCH_FIXED + ROW * sum(1 + len(d) for d in sent)
         for policy, draft in zip(policies, sent):
             labels = (rng.random(len(draft)) < alpha).astype(float).tolist()
             tokens += 1 + int(np.cumprod(labels).sum()) if labels else 1
@@ -240,23 +243,26 @@ def simulate_load(name: str, sessions: int, alpha: float, rounds: int, seed: int
 @pytest.mark.parametrize("alpha", [0.2, 0.6, 0.9])
 def test_under_load_speculation_is_never_slower_than_plain_decoding(name: str, alpha: float) -> None:
     """Issue 6's promise, priced by the verifier: at every load, a pricing policy's throughput is
-    at least plain decoding's, more when drafts pay; once a node costs more than a plain round
-    (c = B^2 m / t >= 1) nothing is drafted at all. Tolerance: a lone session pays for its labels
-    (probes, and a few rounds after a lucky one: 2.0-2.5% at alpha 0.1-0.2 over seeds 0-9)."""
+    at least plain decoding's, more when drafts pay: in a packed pass a node costs one row, so
+    good drafts gain at every load, poor ones (alpha 0.2) are declined under load (a node's
+    c = m / (a / B + m) of a plain round grows with B). Tolerance: a lone session pays for its
+    labels (probes, and a few rounds after a lucky one: 2.0-2.5% at alpha 0.1-0.2 over seeds 0-9)."""
     for sessions in (1, 2, 4, 8, 16, 32):
         plain = sessions / (seconds(0) if sessions == 1 else BATCH_FIXED + ROW * sessions)
         speculative, sent = simulate_load(name, sessions, alpha, 200, seed=sessions)
         assert speculative >= (0.965 if sessions == 1 else 0.99) * plain, (sessions, speculative, plain)
-        if sessions >= 8:  # c = 64 x 2.5 ms / 65 ms > 1
-            assert sum(sent[5:]) == 0, (sessions, sent)
-    if alpha == 0.9:  # and when drafts pay, a lone session gains
-        assert simulate_load(name, 1, alpha, 60, seed=0)[0] > 1.5 / seconds(0)
+        if alpha == 0.2 and sessions >= 8:
+            assert sum(sent[5:]) <= 2, (sessions, sent)
+        if alpha == 0.9:  # 1.1-4.2x here
+            assert speculative > 1.1 * plain, (sessions, speculative, plain)
+        if alpha == 0.6 and sessions <= 8:  # 1.18-1.73x here
+            assert speculative > 1.1 * plain, (sessions, speculative, plain)
 
 
 def test_a_new_session_without_a_price_from_its_verifier_takes_the_processes_last() -> None:
     state = PolicyState()
     first = policy_with("auto", "copy", state)
-    busy = shared_price(32)
+    busy = BUSY
     first.observe(Draft.point_masses([]), [], 31, had_draft=False, price=busy, open_sessions=32)
     fresh = SessionPolicy("auto", "copy", state, open_sessions=33)
     assert fresh.price == busy and not fresh.may_draft()
@@ -266,7 +272,7 @@ def test_a_new_session_without_a_price_from_its_verifier_takes_the_processes_las
 
 def test_a_policy_that_declines_under_load_does_not_probe_and_resumes_when_alone() -> None:
     policy = policy_with("auto", "copy", PolicyState())
-    busy = shared_price(16)
+    busy = BUSY
     policy.observe(Draft.point_masses([]), [], 15, had_draft=False, price=busy, open_sessions=16)
     assert not policy.may_draft()
     sends = []
@@ -283,7 +289,7 @@ def test_a_policy_that_declines_under_load_does_not_probe_and_resumes_when_alone
 @pytest.mark.parametrize("name", ["fixed", "specdec++", "copy-confidence"])
 def test_policies_that_do_not_price_always_may_draft(name: str) -> None:
     policy = policy_with(name, "copy", PolicyState())
-    policy.observe(Draft.point_masses([]), [], 31, had_draft=False, price=shared_price(32), open_sessions=32)
+    policy.observe(Draft.point_masses([]), [], 31, had_draft=False, price=BUSY, open_sessions=32)
     assert policy.may_draft()
 
 
@@ -303,8 +309,8 @@ def test_the_first_round_drafts_on_top_of_the_prefill(name: str) -> None:
 def test_a_first_round_that_shares_passes_is_priced_as_the_verifier_says() -> None:
     """A prompt's prefill may run alone, but with other sessions open the verifier's price is
     that of the shared pass the session's rounds will join: no prefill pricing then."""
-    fresh = policy_with("auto", "copy", PolicyState(), prompt_tokens=700, price=shared_price(16), open_sessions=16)
-    assert not fresh.prefill_round() and fresh.cost() == shared_price(16) and not fresh.may_draft()
+    fresh = policy_with("auto", "copy", PolicyState(), prompt_tokens=700, price=BUSY, open_sessions=16)
+    assert not fresh.prefill_round() and fresh.cost() == BUSY and not fresh.may_draft()
     # Once the verifier is the session's alone, it prices a lone round again.
     fresh.observe(Draft.point_masses([]), [], 0, had_draft=False, price=PRICE, open_sessions=1)
     assert fresh.may_draft() and fresh.cost() == PRICE

@@ -31,30 +31,21 @@ def test_plain_decoding_is_never_padded_and_noise_is_not_followed() -> None:
 
 
 def test_decode_rounds_share_a_pass_whatever_their_drafts() -> None:
-    assert pack([1, 3, 1, 9, 2], [1] * 5, max_tokens=512, max_padding=0) == [0, 1, 2, 3, 4]
+    assert pack([1, 3, 1, 9, 2], max_tokens=512) == [0, 1, 2, 3, 4]
 
 
-def test_a_prefill_does_not_pad_the_decode_rounds_around_it() -> None:
-    # Decode rounds first: the 200-token prompt waits for a pass of its own.
-    assert pack([1, 2, 200, 1], [1, 1, 200, 1], max_tokens=512) == [0, 1, 3]
-    # The prompt first: it runs alone, the decode rounds next.
-    assert pack([200, 1, 2], [200, 1, 1], max_tokens=512) == [0]
-
-
-def test_prompts_of_similar_length_share_a_pass_within_the_budget() -> None:
-    assert pack([100, 90, 110, 400], [100, 90, 110, 400], max_tokens=512, max_padding=30) == [0, 1, 2]
-    assert pack([100, 90, 110], [100, 90, 110], max_tokens=250, max_padding=16) == [0, 1]
-
-
-def test_a_short_prompt_may_pad_a_decode_round_by_a_few_rows() -> None:
-    # 12 pending tokens pad one decode round by 11 rows: within the default PADDING_ROWS (16).
-    assert pack([1, 12], [1, 12], max_tokens=512) == [0, 1]
-    assert pack([1, 12], [1, 12], max_tokens=512, max_padding=5) == [0]
+def test_a_prefill_shares_a_pass_with_decode_rounds_within_the_budget() -> None:
+    # A packed pass pads nothing: a prompt's rows cost the decode rounds beside it no rows.
+    assert pack([1, 2, 200, 1], max_tokens=512) == [0, 1, 2, 3]
+    assert pack([200, 1, 2], max_tokens=512) == [0, 1, 2]
+    # Rows beyond the budget wait for the next pass; later rounds that fit still join.
+    assert pack([100, 90, 110, 400, 5], max_tokens=512) == [0, 1, 2, 4]
+    assert pack([100, 90, 110], max_tokens=250) == [0, 1]
 
 
 def test_the_first_round_always_runs_and_nothing_waiting_is_nothing() -> None:
-    assert pack([600, 1], [600, 1], max_tokens=512) == [0]
-    assert pack([], [], max_tokens=512) == []
+    assert pack([600, 1], max_tokens=512) == [0]
+    assert pack([], max_tokens=512) == []
 
 
 class Key:  # a session stand-in (weak-referenceable)
@@ -106,7 +97,8 @@ def test_the_planner_packs_by_pending_tokens_and_waits_for_quick_turnarounds() -
     decode, prefill = _Session(101, 100), _Session(300, 0)
     chain = RoundInput.point_masses([5, 6, 7], [-1, 0, 1])
     waiting = [(decode, chain), (prefill, RoundInput.point_masses([], [])), (_Session(51, 50), chain)]
-    assert planner.choose(waiting) == [0, 2]  # type: ignore[arg-type]  # the prefill waits for a pass of its own
+    assert planner.choose(waiting) == [0, 1, 2]  # type: ignore[arg-type]  # 4 + 300 + 4 rows
+    assert BatchPlanner(max_batch_tokens=256).choose(waiting) == [0, 2]  # type: ignore[arg-type]  # the prefill waits
     assert planner.wait_until(10.0, fixed_seconds=0.05) == pytest.approx(10.003)
     planner.answered([decode], 10.0)  # type: ignore[list-item]
     planner.arrived(decode, 10.002)  # type: ignore[arg-type]

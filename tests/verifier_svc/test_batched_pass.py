@@ -1,5 +1,5 @@
 """Batched verification against the real model, in-process (fp32 on CPU): rounds of several
-sessions scored in one padded pass give the same tokens, for the same seeds, as each session's
+sessions scored in one packed pass give the same tokens, for the same seeds, as each session's
 own unbatched rounds, with sessions of different lengths, trees and sampling settings, joining
 at different rounds (so one's first pass over its whole prompt shares a batch with others'
 short rounds)."""
@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from specdec.sampling_params import SamplingParams
-from verifier_svc.batched_pass import PassInput, batch_mask_and_positions, score_batch
+from verifier_svc.batched_pass import PassInput, batch_mask_and_positions, packed_rows, score_batch
 from verifier_svc.session import Limits, RoundInput, Session
 from verifier_svc.target_model import TargetModel
 from verifier_svc.token_tree import ROOT, build_tree, chain, tree_attention_mask, tree_position_ids
@@ -82,15 +82,16 @@ def run(target: TargetModel, tokenizer, batched: bool) -> tuple[list[list[int]],
     return [s.tokens for s in group], logits
 
 
-@pytest.mark.parametrize("weight_first", [True, False], ids=["weight-first", "F.linear-unpadded"])
-def test_batched_rounds_give_the_tokens_of_unbatched_rounds(target: TargetModel, tokenizer, weight_first: bool, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize(("weight_first", "min_rows"), [(True, 1), (False, 1), (False, 9)],
+                         ids=["weight-first", "F.linear-unpadded", "F.linear-padded-to-9"])
+def test_batched_rounds_give_the_tokens_of_unbatched_rounds(target: TargetModel, tokenizer, weight_first: bool, min_rows: int, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """Greedy and sampled sessions (same seeds) commit identical tokens batched or not, and
     every round's logits agree within LOGIT_ATOL; the caches stay consistent across rounds. In
     either linear layout the CPU backend may choose for batched passes (cpu_tuning), F.linear
-    with 2-row passes left unpadded."""
+    unpadded or with padding rows after the sessions' packed rows."""
     monkeypatch.setattr(target.backend, "weight_first", weight_first)
-    monkeypatch.setattr(target.backend, "linear_min_rows", 1)
-    assert target.min_pass_tokens == 1
+    monkeypatch.setattr(target.backend, "linear_min_rows", min_rows)
+    assert target.min_pass_tokens == min_rows
     alone_tokens, alone_logits = run(target, tokenizer, batched=False)
     batch_tokens, batch_logits = run(target, tokenizer, batched=True)
     assert batch_tokens == alone_tokens
@@ -121,9 +122,9 @@ def test_batched_cache_matches_a_fresh_pass(target: TargetModel, tokenizer) -> N
 
 
 def test_mask_rows_are_each_sessions_own_tree_mask() -> None:
-    """Pure layout check: real rows, right-aligned, carry the session's own tree mask over the
-    slots of its own cache after the pass (cached, then new); columns past them are hidden;
-    query and key positions are the tree's."""
+    """Pure layout check: sessions' rows packed one after another, then padding; each real row
+    carries its session's own tree mask over the slots of its own cache after the pass (cached,
+    then new); columns past them are hidden; query and key positions are the tree's."""
 
     class FakeCache:
         def __init__(self, n: int) -> None:
@@ -134,13 +135,19 @@ def test_mask_rows_are_each_sessions_own_tree_mask() -> None:
 
     a = PassInput(FakeCache(5), [9], build_tree([1, 2, 3], [ROOT, 0, ROOT]))  # type: ignore[arg-type]
     b = PassInput(FakeCache(2), [7, 8], chain([4]))  # type: ignore[arg-type]
-    mask, positions, keys = batch_mask_and_positions([a, b], cached=5, new=4)
-    assert mask.shape == (2, 4, 9) and positions.shape == (2, 4) and keys.shape == (2, 9)
-    assert torch.equal(mask[0], tree_attention_mask(a.tree, 5, 1))  # a fills the pass
-    own_b = tree_attention_mask(b.tree, 2, 2)  # [3, 5]: padding first, then the real rows
-    assert torch.equal(mask[1, 1:, :5], own_b) and not mask[1, 1:, 5:].any()
-    assert mask[1, 0].nonzero().flatten().tolist() == [0]  # padding (never computed) sees one column
-    assert positions[0].tolist() == tree_position_ids(a.tree, 5, 1).tolist()
-    assert positions[1].tolist() == [2, *tree_position_ids(b.tree, 2, 2).tolist()]  # padding repeats the first
-    assert keys[0].tolist() == [0, 1, 2, 3, 4, *positions[0].tolist()]  # a cached entry's slot is its position
-    assert keys[1, :5].tolist() == [0, 1, *positions[1, 1:].tolist()]
+    offsets, rows = packed_rows([a, b], min_rows=9)
+    assert offsets == [0, 4] and rows == 9  # 4 + 3 real rows, padded to 9
+    assert packed_rows([a, b]) == ([0, 4], 7)
+    mask, positions, keys = batch_mask_and_positions([a, b], offsets, rows)
+    assert mask.shape == (9, 9) and positions.shape == (9,) and keys.shape == (9, 9)  # W = 5 + 4
+    assert torch.equal(mask[:4], tree_attention_mask(a.tree, 5, 1))  # a fills its columns
+    own_b = tree_attention_mask(b.tree, 2, 2)  # [3, 5]
+    assert torch.equal(mask[4:7, :5], own_b) and not mask[4:7, 5:].any()
+    assert all(mask[r].nonzero().flatten().tolist() == [0] for r in (7, 8))  # padding (never computed) sees one column
+    assert positions[:4].tolist() == tree_position_ids(a.tree, 5, 1).tolist()
+    assert positions[4:7].tolist() == tree_position_ids(b.tree, 2, 2).tolist()
+    assert positions[7:].tolist() == [0, 0]
+    for r in range(4):  # a cached entry's slot is its position, then the new tokens'
+        assert keys[r].tolist() == [0, 1, 2, 3, 4, *positions[:4].tolist()]
+    for r in range(4, 7):
+        assert keys[r, :5].tolist() == [0, 1, *positions[4:7].tolist()]

@@ -72,21 +72,27 @@ def test_the_table_learns_what_lone_rounds_cost_at_the_context_they_run() -> Non
 
 
 def test_recovers_row_slot_and_jump_costs_from_passes_in_service() -> None:
-    """Under load B drives both rows (B x T) and slots (B x L): the fit must still tell the cost
-    of a row from the cost of a cached entry, or drafts would be charged for reading caches."""
+    """Under load B drives both rows (B x T) and slots (B x L): each line must still tell the
+    cost of a row from the cost of a cached entry, or drafts would be charged for reading
+    caches. Lone passes teach the lone line, passes of several rounds the shared one (its
+    intercept holds the jump: every such pass has rows > 1)."""
     rng = np.random.default_rng(0)
     model = PassPriceModel()
     model.seed(LONE, 128)
     for _ in range(600):
-        b = int(rng.integers(1, 33))
+        b = int(rng.choice([*[1] * 31, *range(2, 33)]))  # half of them lone
         t = int(rng.choice([1, 1, 2, 5, 9]))
-        length = int(rng.integers(100, 1200))
+        length = int(rng.integers(100, 3000))
         true = 0.030 + 0.006 * (b * t > 1) + 0.004 * b * t + 2e-5 * b * length
         model.observe(b * t, b * length, true * rng.uniform(0.95, 1.05), rounds=b)
     a, j, m, k = model.terms()
     assert m == pytest.approx(0.004, rel=0.15)
     assert k == pytest.approx(2e-5, rel=0.15)
-    assert model.seconds(8, 8000) == pytest.approx(0.030 + 0.006 + 0.032 + 0.16, rel=0.1)
+    assert model.seconds(8, 800) == pytest.approx(0.030 + 0.006 + 0.032 + 0.016, rel=0.1)
+    a_s, m_s, c_s, k_s = model.shared_terms()
+    assert m_s == pytest.approx(0.004, rel=0.1) and c_s < 0.002 and k_s == pytest.approx(2e-5, rel=0.1)
+    assert model.shared_row_seconds(40, 8000) == pytest.approx(0.004, rel=0.1)
+    assert model.seconds(8, 8000, rounds=8) == pytest.approx(0.030 + 0.006 + 0.032 + 0.16, rel=0.05)
 
 
 def test_a_burst_of_contention_moves_the_price_little_and_a_lasting_change_moves_it() -> None:
@@ -112,22 +118,59 @@ def test_bad_passes_are_ignored() -> None:
     assert model.passes == 0 and model.price(128) == price
 
 
-def test_a_shared_pass_prices_a_node_by_the_rounds_it_pads() -> None:
-    """Sharing passes, a node pads every round of the next one (S of them) and the unit is a
-    round's share of the pass without drafts."""
+def test_a_shared_pass_prices_a_node_by_one_packed_row() -> None:
+    """Sharing passes, the unit is a round's share of a pass of the last shared pass's rounds
+    without drafts, and a node adds one row to the packed pass, whatever the rounds."""
     model = PassPriceModel()
     model.seed(LONE, 128)
     for _ in range(100):
-        model.observe(8 * 5, 8 * 300, 0.030 + 0.006 + 0.004 * 40 + 2e-5 * 2400, rounds=8)
-    a, j, m, k = model.terms()
-    share = (a + j + m * 8 + k * 8 * 300) / 8
+        for rows in (8, 16, 40):
+            model.observe(rows, 8 * 300, 0.036 + 0.004 * rows + 2e-5 * 2400, rounds=8)
+    assert model.shared_row_seconds(40, 2400) == pytest.approx(0.004, rel=0.05)
+    share = model.seconds(8, 2400, rounds=8) / 8
+    assert share == pytest.approx((0.036 + 0.004 * 8 + 2e-5 * 2400) / 8, rel=0.02)
     price = model.price(300, shared=8)
     assert price.plain_seconds == pytest.approx(share)
-    assert price.node_cost == pytest.approx(8 * m / share)
-    assert price.round_overhead == 0.0
-    assert model.price(300, shared=16).node_cost == pytest.approx(2 * price.node_cost)
+    assert price.node_cost == pytest.approx(model.shared_row_seconds(40, 2400) / share)  # at the last pass's 40 rows
+    assert price.round_overhead == 0.0 and price.round_costs == ()
+    assert model.price(300, shared=16).node_cost == pytest.approx(price.node_cost)
     # a pass without drafts of 8 rounds, per round, is cheaper than a lone plain pass
     assert price.plain_seconds < model.price(300).plain_seconds
+
+
+def test_lone_and_shared_passes_are_priced_by_their_own_engines() -> None:
+    """On CPU onnxruntime runs the lone passes (a row ~1.4 ms) and torch the batched ones (a
+    row 2-8 ms at a few rows): the shared line starts from the batched passes timed at start,
+    neither line learns from the other's passes, and a lone round's price stays the lone
+    engine's under load."""
+    onnx = [0.026 + 0.0014 * (r - 1) for r in range(1, 10)]
+    torch_batched = [(2, 256, 0.040), (4, 256, 0.056), (8, 256, 0.072), (16, 256, 0.085)]
+    model = PassPriceModel()
+    model.seed(onnx, 128, torch_batched)
+    assert model.shared_seeded
+    lone = model.price(128)
+    assert lone.node_cost == pytest.approx(0.0014 / 0.026, rel=0.05)
+    for rows, slots, seconds in torch_batched:  # the curve through them: steep at 2 rows, flat at 16
+        assert model.seconds(rows, slots, rounds=2) == pytest.approx(seconds, rel=0.05)
+    assert model.shared_row_seconds(2, 256) > 2 * model.shared_row_seconds(16, 256)
+    shared = model.price(128, shared=2)
+    assert shared.plain_seconds == pytest.approx(model.seconds(2, 256, rounds=2) / 2)
+    assert shared.node_cost == pytest.approx(model.shared_row_seconds(2, 256) / shared.plain_seconds)
+    assert shared.node_cost > 5 * lone.node_cost  # torch's rows, not onnxruntime's
+    for _ in range(200):  # torch's batched passes at 4 rounds do not move the lone line
+        model.observe(4, 1024, 0.060, rounds=4)
+        model.observe(8, 1024, 0.075, rounds=4)
+    assert model.price(128) == lone
+    assert model.seconds(4, 1024, rounds=4) == pytest.approx(0.060, rel=0.03)
+    assert model.price(256, shared=4).node_cost == pytest.approx(model.shared_row_seconds(8, 1024) / (0.060 / 4), rel=0.01)
+
+
+def test_without_timed_batched_passes_the_lone_line_stands_in() -> None:
+    model = PassPriceModel()
+    model.seed(LONE, 128)
+    assert not model.shared_seeded
+    for rows in (2, 8, 16):
+        assert model.seconds(rows, 256, rounds=2) == pytest.approx(model.seconds(rows, 256), rel=0.02)
 
 
 def test_noisy_seeds_that_would_make_a_term_negative_still_price_the_plain_pass() -> None:

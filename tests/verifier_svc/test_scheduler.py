@@ -148,9 +148,12 @@ def test_token_budget_splits_passes_and_an_invalid_round_fails_alone() -> None:
     assert sorted(p.rounds for p in passes) == [1, 1]
 
 
-def test_a_prompts_prefill_runs_in_a_pass_of_its_own_not_padding_the_decode_rounds() -> None:
+@pytest.mark.parametrize("budget", [512, 100])
+def test_a_prompts_prefill_shares_the_pass_within_the_row_budget(budget: int) -> None:
+    """A packed pass pads nothing: the 200-token prefill joins the decode rounds when the pass's
+    rows stay within max_batch_tokens, else it runs in a pass of its own."""
     passes: list[PassRecord] = []
-    s = Scheduler(lambda: 3, 512, 2.0, on_pass=passes.append)
+    s = Scheduler(lambda: 3, budget, 2.0, on_pass=passes.append)
     s.start()
     prompt = FakeSession()
     prompt.tokens, prompt.cache = list(range(200)), []  # 200 tokens to prefill
@@ -165,8 +168,12 @@ def test_a_prompts_prefill_runs_in_a_pass_of_its_own_not_padding_the_decode_roun
         s.stop()
     assert s._worker is not None
     s._worker.join(5)
-    assert results == [("batched", [7]), ("alone", [7]), ("batched", [7])]
-    assert [p.rounds for p in passes] == [2, 1]
+    if budget == 512:
+        assert results == [("batched", [7])] * 3
+        assert [p.rounds for p in passes] == [3]
+    else:
+        assert results == [("batched", [7]), ("alone", [7]), ("batched", [7])]
+        assert [p.rounds for p in passes] == [2, 1]
 
 
 def test_under_load_trees_are_cut_to_the_row_budget_and_a_lone_round_is_not() -> None:
@@ -248,7 +255,8 @@ def test_calls_run_on_the_thread_that_runs_the_passes_and_their_errors_come_back
 
 
 def test_each_verdict_comes_with_its_pass_shape_and_the_pass_teaches_the_price() -> None:
-    """Three rounds in one pass: B = 3, T = 1 pending + 3 nodes; slots: the cached entries read."""
+    """Three rounds in one pass of 1 + 2 + 3 nodes and a pending token each: 9 packed rows;
+    slots: the cached entries read."""
     s = Scheduler(lambda: 3, 512, 2.0)
     s.pass_price.seed([0.05, 0.06, 0.062], 100)
     seeded = s.price(100, 3)
@@ -269,7 +277,7 @@ def test_each_verdict_comes_with_its_pass_shape_and_the_pass_teaches_the_price()
     records = {id(record) for _, record in results}
     assert len(records) == 1  # one pass, one record for all three
     record = results[0][1]
-    assert (record.rounds, record.rows, record.slots) == (3, 3 * 4, 1 + 1 + 4)
+    assert (record.rounds, record.rows, record.slots) == (3, 2 + 3 + 4, 1 + 1 + 4)
     assert s.pass_price.passes == 1 and s.pass_price.shared_rounds == 3
     assert s.price(100, 3) != seeded and s.price(100, 3).known
 
