@@ -2,8 +2,9 @@
 sessions of the default model with caches of 256-1000 tokens (seeded), each pass adding T new
 tokens to every session (one pending token, T - 1 drafted nodes in a chain), or with
 `--drafting K` to the first K sessions only (the rest add their pending token: rounds of
-uneven sizes, as copy drafts make them); the two implementations alternate pass by pass, on the same caches (cut back after every pass), and
-each shape's median of `--repeats` passes is reported with the before/after ratio.
+uneven sizes, as copy drafts make them); the two implementations alternate pass by pass, on
+the same caches (cut back after every pass), and each shape's median of `--repeats` passes is
+reported with the before/after ratio.
 
     flock -x /tmp/specdec-cpu.lock env OPENBLAS_NUM_THREADS=1 python -m bench.batched_pass_ab --before main --batches 4 16 32 --new 1 4
 """

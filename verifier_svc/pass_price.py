@@ -61,7 +61,7 @@ RIDGE = 1e-6  # keeps the normal equations solvable where the seeds leave a term
 # k is pulled towards 0 by this many pseudo-passes at SLOT_UNIT slots: the seeds, all at one
 # context, cannot tell k from a, and passes at other contexts must show it.
 SLOT_RIDGE = 1.0
-# Where no batched pass was timed at start, the shared line starts from the lone line's
+# Where no batched pass was timed at start, the shared curve starts from the lone line's
 # seconds at these rows (two rounds' slots).
 STAND_IN_ROWS = (2, 4, 8, 16)
 
@@ -77,7 +77,7 @@ def shared_regressors(rows: int, slots: int) -> np.ndarray:
 
 
 class LineFit:
-    """Seconds of a pass as a line in `regressors(rows, slots)` (the last one the slots): least
+    """Seconds of a pass, linear in `regressors(rows, slots)` (the last one the slots): least
     squares over never-decaying seed pseudo-passes and `decay`-weighted observed passes, every
     term but the first kept >= 0."""
 
@@ -153,7 +153,7 @@ class PassPriceModel:
         self.seed_weight = seed_weight
         self.lone = LineFit(lone_regressors, decay)
         self.shared = LineFit(shared_regressors, decay)
-        self.shared_seeded = False  # the shared line started from batched passes timed at start
+        self.shared_seeded = False  # the shared curve started from batched passes timed at start
         self.seed_context = 0  # cached tokens before the seeded passes
         self.passes = 0  # observed passes
         self.shared_rounds = 0  # rounds of the last pass that held several (0: none yet)
@@ -187,8 +187,8 @@ class PassPriceModel:
         self.shared.seed([(rows, slots, t, self.seed_weight / len(shared)) for rows, slots, t in shared])
 
     def observe(self, rows: int, slots: int, seconds: float, rounds: int = 1) -> None:
-        """One decode pass of `rounds` rounds: `rows` new-token rows (as run: packed, padding
-        included) over `slots` cached entries, in `seconds`."""
+        """One decode pass of `rounds` rounds: `rows` new-token rows (its rounds' tokens, packed)
+        over `slots` cached entries, in `seconds`."""
         if rows <= 0 or slots < 0 or not seconds > 0:
             return
         if rounds >= 2:
