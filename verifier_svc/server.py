@@ -72,8 +72,9 @@ def load_target(config: VerifierSettings) -> tuple[TargetModel, Tokenizer]:
             )
     if not target.pass_seconds:  # not tuned: the round price still starts from this device's own passes
         target.pass_seconds, target.pass_context_tokens = time_lone_passes(target), PRICE_CONTEXT_TOKENS
-    target.batched_pass_seconds = time_batched_passes(target, repeats=2 if config.tune_pass_sizes else 1)
-    log.info("batched passes: %s ms for %s rows", [round(1000 * t, 1) for _, _, t in target.batched_pass_seconds], [r for r, _, _ in target.batched_pass_seconds])
+    if config.tune_pass_sizes:  # else the lone passes' line prices shared passes until they run
+        target.batched_pass_seconds = time_batched_passes(target)
+        log.info("batched passes: %s ms for %s rows", [round(1000 * t, 1) for _, _, t in target.batched_pass_seconds], [r for r, _, _ in target.batched_pass_seconds])
     return target, tokenizer
 
 

@@ -43,7 +43,7 @@ class VerifierSettings:
     prefix_cache_tokens: int = field(default=8192, metadata={"group": "performance", "help": "prompt tokens whose keys/values are kept for reuse by later sessions (0: off)"})
     tune_pass_sizes: bool = field(
         default=True,
-        metadata={"group": "performance", "help": "time lone passes of 1-16 tokens at start; on CPU in both linear layouts (~8 s), keeping the faster layout (linear_layout.py) and padding each lone pass to the fastest size at or above its own (batch_planner.py); the timings also start the round price (pass_price.py), which is timed briefly when this is off"},
+        metadata={"group": "performance", "help": "time lone passes of 1-16 tokens at start; on CPU in both linear layouts (~8 s), keeping the faster layout (linear_layout.py) and padding each lone pass to the fastest size at or above its own (batch_planner.py); then batched passes of 2-32 rows (~1 s); the timings also start the round price (pass_price.py), whose lone line is timed briefly when this is off and prices shared passes until they run"},
     )
     cuda_graphs: bool = field(
         default=True,
