@@ -1,4 +1,4 @@
-"""Batched passes timed at start: where the round price's line for shared passes starts
+"""Batched passes timed at start: where the round price's curve for shared passes starts
 (pass_price.py), as the lone passes timed at start (backends/pass_timing.py) start the lone one.
 
 A device may run batched passes in another engine than lone ones (on CPU, torch's against
