@@ -16,11 +16,11 @@ outputs
   present_key.{i}  float32 [batch, H, past + n, D]  past followed by the new tokens' keys
   present_value.{i} float32 [batch, H, past + n, D]
 
-`batch` is dynamic in the Llama graph and 1 in the generic graph (the drafter runs one sequence
-a call). The cache is plain tensors and the mask is data (a tree needs no special kernel). Cache entry j
-holds position j: the drafter keeps a chain in its cache and rolls it back by slicing the `past`
-axis (a tree's nodes are sliced off before the next call). A layer with a sliding window adds
-its window to `attention_bias` inside the graph, from these positions.
+`batch` is 1 (the drafter runs one sequence a call). The cache is plain tensors and the mask is
+data (a tree needs no special kernel). Cache entry j holds position j: the drafter keeps a chain in
+its cache and rolls it back by slicing the `past` axis (a tree's nodes are sliced off before the
+next call). A layer with a sliding window adds its window to `attention_bias` inside the graph,
+from these positions.
 """
 
 from __future__ import annotations

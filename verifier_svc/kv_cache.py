@@ -34,10 +34,12 @@ def kv_bytes_per_token(config: PretrainedConfig, dtype: torch.dtype) -> int:
 
 class GrowableLayer(DynamicLayer):
     """A DynamicLayer whose keys and values are views of the first entries of larger buffers:
-    update writes into the spare room (growing the buffers when full), crop only shortens the
-    views. The contract of DynamicLayer is unchanged: keys/values hold exactly the entries. The
-    spare room holds finite numbers (zeros, or entries cropped off): a pass that reads a whole
-    buffer behind a mask (onnx_passes.py) multiplies them by zero weights, and 0 x NaN is NaN."""
+    update writes into the spare room (growing the buffers when full; `reserve` grows them for a
+    pass that writes its entries there itself, then `written_to`), crop only shortens the views.
+    The contract of DynamicLayer is unchanged: keys/values hold exactly the entries. The spare
+    room holds finite numbers (zeros, or entries cropped off): a pass that reads a whole buffer
+    behind a mask (a static pass: static_pass.py) multiplies them by zero weights, and 0 x NaN is
+    NaN."""
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         super().lazy_initialization(key_states, value_states)
@@ -48,21 +50,32 @@ class GrowableLayer(DynamicLayer):
             self.lazy_initialization(key_states, value_states)
         length = self.get_seq_length()
         end = length + key_states.shape[-2]
-        if self._buffers is None or self._buffers[0].shape[-2] < end or self._buffers[0].shape[:2] != key_states.shape[:2]:
-            shape = (*key_states.shape[:2], end + max(MIN_SPARE_SLOTS, end // 4), key_states.shape[-1])
-            keys = torch.empty(shape, dtype=key_states.dtype, device=key_states.device)
-            values = torch.empty(shape, dtype=value_states.dtype, device=value_states.device)
+        if self._buffers is not None and self._buffers[0].shape[:2] != key_states.shape[:2]:
+            self._buffers = None  # other heads: buffers of their own
+        keys, values = self.reserve(end, key_states)
+        keys[..., length:end, :] = key_states
+        values[..., length:end, :] = value_states
+        self.keys, self.values = keys[..., :end, :], values[..., :end, :]
+        return self.keys, self.values
+
+    def reserve(self, end: int, like: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The buffers, grown where they hold fewer than `end` entries (with spare room beyond,
+        zeros; the entries kept): ([..., capacity >= end, d] keys, values). `like`: an entry
+        tensor giving the heads, width, dtype and device of a layer that has no buffers yet."""
+        if self._buffers is None or self._buffers[0].shape[-2] < end:
+            like = self._buffers[0] if self._buffers is not None else like
+            assert like is not None, "a layer without buffers needs entries to shape them"
+            length = self.get_seq_length()
+            shape = (*like.shape[:2], end + max(MIN_SPARE_SLOTS, end // 4), like.shape[-1])
+            keys = torch.empty(shape, dtype=like.dtype, device=like.device)
+            values = torch.empty(shape, dtype=like.dtype, device=like.device)
             keys[..., end:, :] = 0  # finite: a pass may read the spare room behind its mask
             values[..., end:, :] = 0
             if length:
                 keys[..., :length, :] = self.keys
                 values[..., :length, :] = self.values
             self._buffers = (keys, values)
-        keys, values = self._buffers
-        keys[..., length:end, :] = key_states
-        values[..., length:end, :] = value_states
-        self.keys, self.values = keys[..., :end, :], values[..., :end, :]
-        return self.keys, self.values
+        return self._buffers
 
     def adopt(self, keys: torch.Tensor, values: torch.Tensor) -> None:
         """Hold this (empty) layer's entries at the front of these buffers from now on."""
@@ -105,7 +118,7 @@ class KVCache:
 
     def written_to(self, length: int) -> None:
         """Every layer's storage holds entries up to `length`, written there by a pass that did
-        not go through the layers' update (a static pass)."""
+        not go through the layers' update (a static pass, onnxruntime's step)."""
         for layer in self.cache.layers:
             layer.written_to(length)
 

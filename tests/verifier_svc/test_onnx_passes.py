@@ -72,9 +72,34 @@ def test_plain_decoding_past_the_cache_buffers_capacity(llama) -> None:  # type:
     assert len(cache) == len(tokens) - 1
 
 
+def test_a_pass_writes_its_entries_into_the_caches_buffers_where_they_lie(llama) -> None:  # type: ignore[no-untyped-def]
+    """The attention nodes' present outputs are the cache's own buffers: a pass with room in them
+    moves no buffer, leaves the earlier entries as they were and writes the entries torch's
+    forward writes; the spare room past them is not touched."""
+    target, _ = llama
+    backend = target.backend
+    assert isinstance(backend, CpuBackend)
+    caches = [target.new_cache(), target.new_cache()]
+    for cache in caches:
+        target.score(cache, [5, 6, 7, 8], chain([]))
+    onnx_cache, torch_cache = caches
+    buffers = [buffer for layer in onnx_cache.cache.layers for buffer in layer.buffers()]  # type: ignore[union-attr]
+    before = [buffer.clone() for buffer in buffers]
+    runs = onnx_of(target).runs
+    target.score(onnx_cache, [9], chain([10, 11]))
+    with backend._passes_in_torch():
+        target.score(torch_cache, [9], chain([10, 11]))
+    assert onnx_of(target).runs == runs + 1 and len(onnx_cache) == len(torch_cache) == 7
+    after = [buffer for layer in onnx_cache.cache.layers for buffer in layer.buffers()]  # type: ignore[union-attr]
+    assert all(a is b for a, b in zip(after, buffers)), "no buffer moved"
+    assert all(torch.equal(b[..., :4, :], a[..., :4, :]) and torch.equal(b[..., 7:, :], a[..., 7:, :]) for a, b in zip(after, before))
+    for mine, theirs in zip(onnx_cache.cache.layers, torch_cache.cache.layers):
+        assert torch.allclose(mine.keys, theirs.keys, atol=1e-5) and torch.allclose(mine.values, theirs.values, atol=1e-5)
+
+
 def test_a_grown_buffers_spare_room_is_finite(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """Memory fresh from torch.empty may hold NaN; a pass that reads a whole buffer behind its mask
-    (onnxruntime's) multiplies the spare room by zero weights, so it must be finite."""
+    (a static pass) multiplies the spare room by zero weights, so it must be finite."""
     monkeypatch.setattr(kv_cache.torch, "empty", lambda shape, **kw: torch.full(shape, float("nan"), **kw))
     layer = kv_cache.GrowableLayer()
     layer.update(torch.ones(1, 2, 3, 4), torch.ones(1, 2, 3, 4))

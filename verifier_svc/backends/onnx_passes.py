@@ -9,9 +9,10 @@ InferenceSession (its own copy of the weights); onnxruntime's optimized graph is
 instead of exporting and optimizing again (~14 s for the default model).
 
 A pass of up to MAX_TOKENS tokens of a session that has a cache runs here: the cache's buffers
-are bound to the graph's inputs where they lie, the new entries come back and are written after
-the session's entries in place (GrowableLayer.update), and only the rows asked for go through
-the output head. Prefills, larger rounds and batched passes stay torch's. The logits are the
+(grown first where they lack room: GrowableLayer.reserve) are bound to the graph's cache inputs
+and, at the same addresses, its present outputs, so each layer's attention node reads the
+session's entries where they lie and writes the pass's after them; only the rows asked for go
+through the output head. Prefills, larger rounds and batched passes stay torch's. The logits are the
 served model's step computed in another order (float rounding: ~3e-5 on the default model's);
 the tests hold it to torch's forward and greedy output to transformers' generate().
 """
@@ -73,10 +74,8 @@ class OnnxPasses:
         self.inputs, self.outputs = io_names(model.config.num_hidden_layers)
         self.vocab_size: int = model.config.vocab_size
         self.runs = 0  # passes run here
-        # Per cache, its IOBinding and the buffers' addresses and sizes it binds; per pass size,
-        # the tensors a pass writes its new entries to (copied into the cache right after).
+        # Per cache, its IOBinding and the buffers' addresses and sizes it binds.
         self._bindings: weakref.WeakKeyDictionary[KVCache, tuple[tuple[tuple[int, int], ...], object]] = weakref.WeakKeyDictionary()
-        self._entries: dict[int, list[torch.Tensor]] = {}
         log.info("onnxruntime lone passes ready in %.1f s (%s; onnxruntime %s)", time.perf_counter() - began, made, ort.__version__)
 
     def fits(self, cache: KVCache, start: int, real: int) -> bool:
@@ -87,51 +86,41 @@ class OnnxPasses:
     def score(self, cache: KVCache, ids: Sequence[int], positions: torch.Tensor, mask: torch.Tensor, start: int, first_row: int) -> torch.Tensor:
         """The pass of `ids` at `positions` ([r] after `start` cached entries, mask [r, start + r]
         bool: tree_attention_mask): [r - first_row, vocab] float32 logits of its rows from
-        `first_row` on; the r new entries appended to the cache."""
+        `first_row` on; the r new entries written into the cache's buffers in place."""
         layers = cache.cache.layers
         real = len(ids)
-        capacity = layers[0].buffers()[0].shape[-2]  # type: ignore[index]
-        bias = torch.full((1, 1, real, capacity + real), HIDDEN)
-        hidden = torch.tensor(HIDDEN)
-        bias[0, 0, :, :start] = torch.where(mask[:, :start], 0.0, hidden)
-        bias[0, 0, :, capacity:] = torch.where(mask[:, start:], 0.0, hidden)
+        for layer in layers:  # room for the pass's entries
+            layer.reserve(start + real)
         binding = self._cache_binding(cache)
         binding.bind_cpu_input("input_ids", np.asarray([ids], np.int64))
         binding.bind_cpu_input("position_ids", positions.numpy().astype(np.int64)[None])
-        binding.bind_cpu_input("attention_bias", bias.numpy())
+        binding.bind_cpu_input("attention_bias", torch.where(mask, 0.0, HIDDEN).numpy()[None, None])
         binding.bind_cpu_input("logits_index", np.arange(first_row, real, dtype=np.int64))
+        binding.bind_cpu_input("seqlens_k", np.asarray([start + real - 1], np.int32))
+        binding.bind_cpu_input("total_length", np.asarray(start + real, np.int32))
         logits = torch.empty(1, real - first_row, self.vocab_size)
-        new = self._new_entries(real, layers[0].buffers()[0])  # type: ignore[index]
-        for name, tensor in zip(self.outputs, [logits, *new]):
-            binding.bind_output(name, "cpu", 0, np.float32, list(tensor.shape), tensor.data_ptr())
+        binding.bind_output("logits", "cpu", 0, np.float32, list(logits.shape), logits.data_ptr())
         self.session.run_with_iobinding(binding)
         self.runs += 1
-        for i, layer in enumerate(layers):
-            layer.update(new[2 * i], new[2 * i + 1])
+        cache.written_to(start + real)
         return logits[0]
 
     def _cache_binding(self, cache: KVCache):  # type: ignore[no-untyped-def]
-        """An IOBinding with the cache's buffers bound as the graph's cache inputs: the one made
-        for this cache before, while its buffers are the same (they change only as they grow; a
-        grown buffer may land where an earlier one was, so their sizes are compared too)."""
+        """An IOBinding with the cache's buffers bound as the graph's cache inputs and, at the
+        same addresses, its present outputs: the one made for this cache before, while its
+        buffers are the same (they change only as they grow; a grown buffer may land where an
+        earlier one was, so their sizes are compared too)."""
         buffers = [buffer for layer in cache.cache.layers for buffer in layer.buffers()]  # type: ignore[union-attr]
         addresses = tuple((buffer.data_ptr(), buffer.shape[-2]) for buffer in buffers)
         kept = self._bindings.get(cache)
         if kept is not None and kept[0] == addresses:
             return kept[1]
         binding = self.session.io_binding()
-        for name, buffer in zip(self.inputs[4:], buffers):
+        for name, present, buffer in zip(self.inputs[6:], self.outputs[1:], buffers):
             binding.bind_input(name, "cpu", 0, np.float32, list(buffer.shape), buffer.data_ptr())
+            binding.bind_output(present, "cpu", 0, np.float32, list(buffer.shape), buffer.data_ptr())
         self._bindings[cache] = (addresses, binding)
         return binding
-
-    def _new_entries(self, tokens: int, like: torch.Tensor) -> list[torch.Tensor]:
-        """Outputs for a pass's new keys and values ([1, kv_heads, tokens, head_dim] a layer), kept
-        per size: update copies them into the cache before the next pass."""
-        if tokens not in self._entries:
-            shape = (1, like.shape[1], tokens, like.shape[3])
-            self._entries[tokens] = [torch.empty(shape) for _ in self.outputs[1:]]
-        return self._entries[tokens]
 
 
 def missing_modules() -> list[str]:
