@@ -71,7 +71,7 @@ class VerifierSettings:
     )
     cpu_onnx_passes: bool = field(
         default=True,
-        metadata={"group": "performance", "help": "on CPU, run lone passes of up to 16 tokens after a session's first (plain decoding steps, speculative rounds) through onnxruntime, over a graph exported from the served model at start (float32 Llama-layout models; others run in torch as before); its own copy of the weights, the caches shared in place; checked against the model's forward at start and turned off with a warning where it differs; off with --cpu-compiled-passes (backends/onnx_passes.py)"},
+        metadata={"group": "performance", "help": "on CPU, run lone passes of up to 512 tokens (plain decoding steps, speculative rounds, a session's prompt) through onnxruntime, over a graph exported from the served model at start (float32 Llama-layout models; others run in torch as before); its own copy of the weights, the caches shared in place; checked against the model's forward at start and turned off with a warning where it differs; off with --cpu-compiled-passes (backends/onnx_passes.py)"},
     )
     cpus: str = field(default="", metadata={"group": "performance", "help": "CPU list to pin this process to, e.g. 0 or 0-1,3 (empty: all it may use)"})
     torch_threads: int = field(default=0, metadata={"group": "performance", "help": "torch intra-op threads (0: one per --cpus CPU if pinned, else torch's default)"})

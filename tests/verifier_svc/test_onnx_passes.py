@@ -1,8 +1,8 @@
 """onnxruntime lone passes (verifier_svc/backends/onnx_passes.py, `--cpu-onnx-passes`): on a
-float32 Llama, passes of up to MAX_TOKENS tokens after a session's first run through the
-exported step, reading the session's cache where it lies: each tree node gets its path's logits
-scored as a plain sequence by transformers' eager forward, across rollbacks, kept paths and the
-cache's growth; prefills and larger rounds stay torch's; other models and dtypes run in torch."""
+float32 Llama, lone passes of up to MAX_TOKENS tokens (a prompt's prefill too) run through the
+exported step, reading and writing the session's cache where it lies: each tree node gets its
+path's logits scored as a plain sequence by transformers' eager forward, across rollbacks, kept
+paths and the cache's growth; larger passes stay torch's; other models and dtypes run in torch."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ from tests.model_matrix import VOCAB, plain_logits
 from tests.verifier_svc.test_model_matrix import LOGIT_ATOL, score_rounds
 from verifier_svc import kv_cache
 from verifier_svc.backends.cpu import CpuBackend
-from verifier_svc.backends.onnx_passes import MAX_TOKENS, OnnxPasses
+from verifier_svc.backends import onnx_passes
+from verifier_svc.backends.onnx_passes import OnnxPasses
 from verifier_svc.model_loader import load_model
 from verifier_svc.target_model import TargetModel
 from verifier_svc.token_tree import chain
@@ -40,18 +41,32 @@ def onnx_of(target: TargetModel) -> OnnxPasses:
 
 
 def test_tree_passes_score_each_path_as_a_plain_sequence(llama) -> None:  # type: ignore[no-untyped-def]
-    """Rounds of 1, 4, 8, 13, 17 and 2 tokens after a prefill: all but the one past MAX_TOKENS run
-    in onnxruntime, each keeping a path (the cache's other entries stay behind as stale ones)."""
+    """A prefill, then rounds of 1, 4, 8, 13, 17 and 2 tokens, all through onnxruntime, each
+    keeping a path (the cache's other entries stay behind as stale ones)."""
     target, reference = llama
     rng = random.Random(7)
     prompt = [rng.randrange(3, VOCAB) for _ in range(40)]
     cache = target.new_cache()
     runs = onnx_of(target).runs
     target.score(cache, prompt[:-1], chain([]))
-    assert onnx_of(target).runs == runs, "a prefill is torch's"
-    assert MAX_TOKENS == 16
+    assert onnx_of(target).runs == runs + 1, "a prompt's prefill runs through onnxruntime too"
     score_rounds(target, reference, rng, cache, prompt[:-1], prompt[-1:], (0, 3, 7, 12, 16, 1))
-    assert onnx_of(target).runs == runs + 5
+    assert onnx_of(target).runs == runs + 7
+
+
+def test_passes_past_max_tokens_run_in_torch(llama, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Past MAX_TOKENS (the attention node would hold heads x n x (L + n) probabilities) a pass is
+    torch's, on the same cache, and the rounds after it onnxruntime's again."""
+    monkeypatch.setattr(onnx_passes, "MAX_TOKENS", 8)
+    target, reference = llama
+    rng = random.Random(9)
+    prompt = [rng.randrange(3, VOCAB) for _ in range(20)]
+    cache = target.new_cache()
+    runs = onnx_of(target).runs
+    target.score(cache, prompt[:-1], chain([]))
+    assert onnx_of(target).runs == runs, "a 19-token prefill is past 8"
+    score_rounds(target, reference, rng, cache, prompt[:-1], prompt[-1:], (3, 12, 1))
+    assert onnx_of(target).runs == runs + 2
 
 
 def test_plain_decoding_past_the_cache_buffers_capacity(llama) -> None:  # type: ignore[no-untyped-def]
@@ -182,7 +197,7 @@ def test_the_optimized_step_is_kept_and_read_back_and_one_that_no_longer_loads_i
 def test_tuning_times_torchs_layout_in_torch_and_the_lone_passes_in_onnxruntime(llama, caplog) -> None:  # type: ignore[no-untyped-def]
     """Beside onnxruntime's lone passes torch runs the batched ones: tuning chooses torch's layout
     from passes it runs in torch (none of them through onnxruntime), then times the lone passes
-    as they run (through onnxruntime), and serves with the passes on."""
+    as they run (through onnxruntime, after a prefill there), and serves with the passes on."""
     target, _ = llama
     backend = target.backend
     kept = backend.weight_first, backend.linear_min_rows
@@ -190,7 +205,7 @@ def test_tuning_times_torchs_layout_in_torch_and_the_lone_passes_in_onnxruntime(
     try:
         with caplog.at_level(logging.INFO, logger="verifier_svc.backends.cpu"):
             seconds = target.tune_pass_sizes(context_tokens=16, max_tokens=4, repeats=1)
-        assert len(seconds) == 4 and onnx_of(target).runs == runs + 4, "only the lone passes' timing runs in onnxruntime"
+        assert len(seconds) == 4 and onnx_of(target).runs == runs + 5, "only the timing's prefill and lone passes run in onnxruntime"
         rows = target.min_pass_tokens
         assert f"torch's passes (batched): {'weight first' if backend.weight_first else 'F.linear'}, {f'padded to {rows} rows' if rows > 1 else 'unpadded'}" in caplog.text
     finally:

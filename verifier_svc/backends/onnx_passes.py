@@ -1,4 +1,4 @@
-"""Lone passes of a few tokens through onnxruntime, for the CPU backend (`--cpu-onnx-passes`).
+"""Lone passes through onnxruntime, for the CPU backend (`--cpu-onnx-passes`).
 
 A one-token pass of the default model through torch's eager forward spends a third of its time
 between kernels (~6,500 op dispatches); onnxruntime runs the same step as one graph
@@ -8,13 +8,13 @@ InferenceSession (its own copy of the weights); onnxruntime's optimized graph is
 (`default_store`), so a later start with the same weights, code and versions reads it in ~1 s
 instead of exporting and optimizing again (~14 s for the default model).
 
-A pass of up to MAX_TOKENS tokens of a session that has a cache runs here: the cache's buffers
-(grown first where they lack room: GrowableLayer.reserve) are bound to the graph's cache inputs
-and, at the same addresses, its present outputs, so each layer's attention node reads the
+A lone pass of up to MAX_TOKENS tokens runs here, a session's first (its prompt) too: the cache's
+buffers (grown first where they lack room: GrowableLayer.reserve) are bound to the graph's cache
+inputs and, at the same addresses, its present outputs, so each layer's attention node reads the
 session's entries where they lie and writes the pass's after them; only the rows asked for go
-through the output head. Prefills, larger rounds and batched passes stay torch's. The logits are the
-served model's step computed in another order (float rounding: ~3e-5 on the default model's);
-the tests hold it to torch's forward and greedy output to transformers' generate().
+through the output head. Larger passes and batched passes stay torch's. The logits are the served
+model's step computed in another order (float rounding: ~3e-5 on the default model's); the tests
+hold it to torch's forward and greedy output to transformers' generate().
 """
 
 from __future__ import annotations
@@ -38,13 +38,14 @@ from specdec.model_files import cache_root
 from specdec.onnx_threads import session_options
 from verifier_svc.backends.onnx_step_graph import export_step_graph, io_names
 from verifier_svc.backends.stored_steps import source_digest, store_key
-from verifier_svc.kv_cache import KVCache
+from verifier_svc.kv_cache import KVCache, kv_shape
 
 log = logging.getLogger(__name__)
 
-# The most tokens a pass sends through the graph: the sizes start-up timing measures (the default
-# drafts are rounds of up to 9); prefills and larger rounds run in torch, as before.
-MAX_TOKENS = 16
+# The most tokens a pass sends through the graph. Prompts too: a prefill of 32, 128 and 400 tokens
+# took 68, 161 and 506 ms here against torch's 104, 189 and 541 (2026-11-28). Larger passes run in
+# torch: the attention node holds every head's probabilities (heads x n x (L + n) floats).
+MAX_TOKENS = 512
 HIDDEN = torch.finfo(torch.float32).min
 # The store keeps the optimized step of the STORE_KEEP models (or versions of the code) used last.
 STEP_FILE = "step.onnx"
@@ -73,15 +74,16 @@ class OnnxPasses:
             made = f"exported{'' if folder is None else f', kept in {folder}'}"
         self.inputs, self.outputs = io_names(model.config.num_hidden_layers)
         self.vocab_size: int = model.config.vocab_size
+        heads, head_dim = kv_shape(model.config)
+        self._no_entries = torch.empty(1, heads, 0, head_dim)  # a new session's layers take their shape
         self.runs = 0  # passes run here
         # Per cache, its IOBinding and the buffers' addresses and sizes it binds.
         self._bindings: weakref.WeakKeyDictionary[KVCache, tuple[tuple[tuple[int, int], ...], object]] = weakref.WeakKeyDictionary()
         log.info("onnxruntime lone passes ready in %.1f s (%s; onnxruntime %s)", time.perf_counter() - began, made, ort.__version__)
 
     def fits(self, cache: KVCache, start: int, real: int) -> bool:
-        """Whether a lone pass of `real` tokens after `start` cached ones runs here: a few tokens
-        after a cache that has buffers (a prefill is torch's)."""
-        return real <= MAX_TOKENS and start > 0 and all(layer.buffers() is not None for layer in cache.cache.layers)
+        """Whether a lone pass of `real` tokens after `start` cached ones runs here."""
+        return real <= MAX_TOKENS
 
     def score(self, cache: KVCache, ids: Sequence[int], positions: torch.Tensor, mask: torch.Tensor, start: int, first_row: int) -> torch.Tensor:
         """The pass of `ids` at `positions` ([r] after `start` cached entries, mask [r, start + r]
@@ -89,8 +91,10 @@ class OnnxPasses:
         `first_row` on; the r new entries written into the cache's buffers in place."""
         layers = cache.cache.layers
         real = len(ids)
-        for layer in layers:  # room for the pass's entries
-            layer.reserve(start + real)
+        for layer in layers:  # room for the pass's entries (a new session's layers: buffers of the graph's shape)
+            if not layer.is_initialized:
+                layer.lazy_initialization(self._no_entries, self._no_entries)
+            layer.reserve(start + real, self._no_entries)
         binding = self._cache_binding(cache)
         binding.bind_cpu_input("input_ids", np.asarray([ids], np.int64))
         binding.bind_cpu_input("position_ids", positions.numpy().astype(np.int64)[None])
