@@ -40,33 +40,33 @@ def onnx_of(target: TargetModel) -> OnnxPasses:
     return backend.onnx
 
 
-def test_tree_passes_score_each_path_as_a_plain_sequence(llama) -> None:  # type: ignore[no-untyped-def]
-    """A prefill, then rounds of 1, 4, 8, 13, 17 and 2 tokens, all through onnxruntime, each
-    keeping a path (the cache's other entries stay behind as stale ones)."""
+def rounds_after_a_prompt(llama, seed: int, prompt_tokens: int, node_counts: tuple[int, ...]) -> tuple[int, int]:  # type: ignore[no-untyped-def]
+    """A random prompt's prefill, then rounds of random trees of `node_counts` nodes (score_rounds:
+    each node's logits its path's as a plain sequence): (passes through onnxruntime in the
+    prefill, in the rounds)."""
     target, reference = llama
-    rng = random.Random(7)
-    prompt = [rng.randrange(3, VOCAB) for _ in range(40)]
+    rng = random.Random(seed)
+    prompt = [rng.randrange(3, VOCAB) for _ in range(prompt_tokens)]
     cache = target.new_cache()
     runs = onnx_of(target).runs
     target.score(cache, prompt[:-1], chain([]))
-    assert onnx_of(target).runs == runs + 1, "a prompt's prefill runs through onnxruntime too"
-    score_rounds(target, reference, rng, cache, prompt[:-1], prompt[-1:], (0, 3, 7, 12, 16, 1))
-    assert onnx_of(target).runs == runs + 7
+    prefill = onnx_of(target).runs - runs
+    score_rounds(target, reference, rng, cache, prompt[:-1], prompt[-1:], node_counts)
+    return prefill, onnx_of(target).runs - runs - prefill
+
+
+def test_tree_passes_score_each_path_as_a_plain_sequence(llama) -> None:  # type: ignore[no-untyped-def]
+    """A prefill, then rounds of 1, 4, 8, 13, 17 and 2 tokens, all through onnxruntime, each
+    keeping a path (the cache's other entries stay behind as stale ones)."""
+    assert rounds_after_a_prompt(llama, 7, 40, (0, 3, 7, 12, 16, 1)) == (1, 6), "a prompt's prefill runs through onnxruntime too"
 
 
 def test_passes_past_max_tokens_run_in_torch(llama, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """Past MAX_TOKENS (the attention node would hold heads x n x (L + n) probabilities) a pass is
-    torch's, on the same cache, and the rounds after it onnxruntime's again."""
+    torch's, on the same cache, and the rounds after it onnxruntime's again: of a 19-token
+    prefill and rounds of 4, 13 and 2 tokens past 8, the 4- and 2-token rounds."""
     monkeypatch.setattr(onnx_passes, "MAX_TOKENS", 8)
-    target, reference = llama
-    rng = random.Random(9)
-    prompt = [rng.randrange(3, VOCAB) for _ in range(20)]
-    cache = target.new_cache()
-    runs = onnx_of(target).runs
-    target.score(cache, prompt[:-1], chain([]))
-    assert onnx_of(target).runs == runs, "a 19-token prefill is past 8"
-    score_rounds(target, reference, rng, cache, prompt[:-1], prompt[-1:], (3, 12, 1))
-    assert onnx_of(target).runs == runs + 2
+    assert rounds_after_a_prompt(llama, 9, 20, (3, 12, 1)) == (0, 2)
 
 
 def test_plain_decoding_past_the_cache_buffers_capacity(llama) -> None:  # type: ignore[no-untyped-def]
