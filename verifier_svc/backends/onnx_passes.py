@@ -43,8 +43,9 @@ from verifier_svc.kv_cache import KVCache, kv_shape
 log = logging.getLogger(__name__)
 
 # The most tokens a pass sends through the graph. Prompts too: a prefill of 32, 128 and 400 tokens
-# took 68, 161 and 506 ms here against torch's 104, 189 and 541 (2026-11-28). Larger passes run in
-# torch: the attention node holds every head's probabilities (heads x n x (L + n) floats).
+# took 69, 170 and 507 ms here against torch's 124, 218 and 513
+# (bench/results/onnx_fused_attention_probe.py). Larger passes run in torch: the attention node
+# holds every head's probabilities (heads x n x (L + n) floats).
 MAX_TOKENS = 512
 HIDDEN = torch.finfo(torch.float32).min
 # The store keeps the optimized step of the STORE_KEEP models (or versions of the code) used last.
