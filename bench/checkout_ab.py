@@ -3,11 +3,14 @@
     python -m bench.checkout_ab --other ../previous --per-category 6 --temperature 0
     python -m bench.checkout_ab --other . --other-verifier-arg=--cpu-compiled-passes=true
     python -m bench.checkout_ab --other . --verifier-arg=--dtype=bfloat16 --other-verifier-arg=--cpu-float32-copies=false
+    python -m bench.checkout_ab --other ../previous --drafter-arg=--onnx-quantized-dir=/tmp/new --other-drafter-arg=--onnx-quantized-dir=/tmp/old
 
 For a change that must keep behaviour where it was measured to win (a redesign of the drafter or
 the verifier's pricing): two service pairs run side by side, one from this checkout and one from
 `--other` (specdec.launcher.LocalCluster's `checkout`; `.` is this one, to compare a verifier
-setting given to the other's verifier by `--other-verifier-arg`; `--verifier-arg` goes to both). Each prompt runs
+setting given to the other's verifier by `--other-verifier-arg`; `--verifier-arg` goes to both;
+`--drafter-arg` and `--other-drafter-arg` go to this and the other checkout's drafter, e.g. each
+its own build of a model drafter where the two build different graphs). Each prompt runs
 `baseline` (this checkout, k = 0), `defaults` (this checkout) and `other-defaults`, in alternating
 order, like `specdec bench`. The table has each system's speedup over the one baseline; below it,
 per task, the median over prompts of defaults' tok/s over other-defaults' on the same prompt, with
@@ -59,6 +62,8 @@ def main(argv: Sequence[str]) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--verifier-arg", action="append", default=[], metavar="ARG", help="an argument for both verifiers (repeatable), e.g. --verifier-arg=--dtype=bfloat16")
     p.add_argument("--other-verifier-arg", action="append", default=[], metavar="ARG", help="an argument for the other checkout's verifier only (repeatable), e.g. --other-verifier-arg=--cpu-compiled-passes=true")
+    p.add_argument("--drafter-arg", action="append", default=[], metavar="ARG", help="an argument for this checkout's drafter (repeatable)")
+    p.add_argument("--other-drafter-arg", action="append", default=[], metavar="ARG", help="an argument for the other checkout's drafter (repeatable)")
     add_prompts_flag(p)
     p.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
     args = p.parse_args(list(argv))
@@ -70,8 +75,11 @@ def main(argv: Sequence[str]) -> int:
     machine = describe()
     logs = Path(tempfile.mkdtemp(prefix="specdec-ab-"))
     with (
-        LocalCluster(logs / "this", verifier_args=[*VERIFIER_ARGS, *args.verifier_arg]) as this,
-        LocalCluster(logs / "other", verifier_args=[*VERIFIER_ARGS, *args.verifier_arg, *args.other_verifier_arg], checkout=args.other) as other,
+        LocalCluster(logs / "this", verifier_args=[*VERIFIER_ARGS, *args.verifier_arg], drafter_args=args.drafter_arg) as this,
+        LocalCluster(
+            logs / "other", verifier_args=[*VERIFIER_ARGS, *args.verifier_arg, *args.other_verifier_arg], drafter_args=args.other_drafter_arg,
+            checkout=args.other,
+        ) as other,
         Client(this.address) as this_client,
         Client(other.address) as other_client,
     ):
@@ -91,7 +99,7 @@ def main(argv: Sequence[str]) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     report = (
         f"# This checkout ({machine['git_commit']}) against {args.other} ({git_commit(args.other)})"
-        f"{' with ' + ' '.join(args.other_verifier_arg) if args.other_verifier_arg else ''}\n\n"
+        f"{' with ' + ' '.join(args.other_verifier_arg + args.other_drafter_arg) if args.other_verifier_arg or args.other_drafter_arg else ''}\n\n"
         f"`python -m bench.checkout_ab {' '.join(argv)}`, {started:%Y-%m-%d %H:%M} UTC, {elapsed:.0f} s; "
         f"{len(prompts)} prompts, {args.max_new_tokens} new tokens, temperature {args.temperature}; "
         f"load average {machine.get('load_average')} at start.\n\n"

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from drafter_svc.draft_cache import IN_PLACE, DraftCache
 from drafter_svc.draft_model import DraftModel, causal_bias
 from drafter_svc.draft_sampling import TAIL_MASS, draft_distribution
 from drafter_svc.drafter_models import DrafterModels, load_built_model
@@ -42,9 +43,21 @@ def median_ms(call: Callable[[], object], repeats: int) -> float:
     return 1000 * statistics.median(times)
 
 
-def cache_of(model: DraftModel, tokens: int, rng: np.random.Generator) -> list[np.ndarray]:
+def cache_of(model: DraftModel, tokens: int, rng: np.random.Generator) -> DraftCache:
     ids = [int(t) for t in rng.integers(1000, 5000, tokens)]
-    return model.run(ids, range(tokens), causal_bias(0, tokens), model.empty_cache())[1]
+    cache = model.empty_cache()
+    model.run(ids, range(tokens), causal_bias(0, tokens), cache, last_only=True)
+    return cache
+
+
+def rewound(model: DraftModel, cache: DraftCache, length: int) -> DraftCache:
+    """`cache` (made by `cache_of`, `length` entries) as a drafting call after those entries finds
+    it: in place, cut back to them; concatenated, the arrays a call returned (exactly the
+    entries: a cut view would be copied by onnxruntime, which drafting never makes it do)."""
+    if model.manifest.cache == IN_PLACE:
+        cache.truncate(length)
+        return cache
+    return DraftCache(list(cache.arrays), length)
 
 
 def compare(models: dict[str, DraftModel], repeats: int, rng: np.random.Generator) -> None:
@@ -61,7 +74,7 @@ def compare(models: dict[str, DraftModel], repeats: int, rng: np.random.Generato
         for _ in range(repeats if n == 1 else 3):
             for name, model in models.items():
                 started = time.perf_counter()
-                model.run(ids, range(start, start + n), causal_bias(start, n), caches[name])
+                model.run(ids, range(start, start + n), causal_bias(start, n), rewound(model, caches[name], start))
                 times[name].append((time.perf_counter() - started) / n)
         ms = [1000 * statistics.median(times[name]) for name in names]
         label = "a prefill token (a 128-token call)" if start == 0 else f"1 token after {start} cached"
@@ -80,9 +93,9 @@ def main(argv: Sequence[str]) -> int:
         compare({str(args.against): DraftModel(args.against), str(args.drafter or "built"): model}, args.repeats, rng)
         return 0
 
-    def call(cached: list[np.ndarray], start: int, n: int) -> Callable[[], object]:
+    def call(cached: DraftCache, start: int, n: int) -> Callable[[], object]:
         ids = [int(t) for t in rng.integers(1000, 5000, n)]
-        return lambda: model.run(ids, range(start, start + n), causal_bias(start, n), cached)
+        return lambda: model.run(ids, range(start, start + n), causal_bias(start, n), rewound(model, cached, start))
 
     prefill = median_ms(call(model.empty_cache(), 0, 128), 3) / 128
     print(f"one prefill token (a 128-token call): {prefill:.2f} ms\n")
@@ -96,7 +109,7 @@ def main(argv: Sequence[str]) -> int:
             print(f"| {start} | {n} | {ms:.1f} | {'-' if n == 1 else f'{(ms - one) / (n - 1):.2f}'} |")
 
     cached = cache_of(model, 200, rng)
-    logits = model.run([1234], [200], causal_bias(200, 1), cached)[0][-1]
+    logits = model.run([1234], [200], causal_bias(200, 1), rewound(model, cached, 200))[-1]
     q = draft_distribution(logits, SamplingParams(1.0), TAIL_MASS)
     noise, positions = RaceNoise(7, model.manifest.vocab_size), iter(range(201, 10**6))  # a new position each draw, as drafting goes
     parts = {

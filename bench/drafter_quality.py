@@ -96,13 +96,12 @@ def measure(
                 cache, token = out.past_key_values, int(out.logits[0, -1].argmax())
             p_logits = target(torch.tensor([sequence])).logits[0, len(ids) - 1 :].float().numpy()  # [new + 1, vocab]
         for kind, model in drafters.items():
-            empty = model.empty_cache()
-            q_logits, _ = model.run(sequence, range(len(sequence)), causal_bias(0, len(sequence)), empty)
-            q_logits = q_logits[len(ids) - 1 :]
-            _, kv = model.run(ids, range(len(ids)), causal_bias(0, len(ids)), empty)
+            q_logits = model.run(sequence, range(len(sequence)), causal_bias(0, len(sequence)), model.empty_cache())[len(ids) - 1 :]
+            kv = model.empty_cache()
+            model.run(ids, range(len(ids)), causal_bias(0, len(ids)), kv, last_only=True)
             for position, token in enumerate(sequence[len(ids) :], start=len(ids)):
                 started = time.perf_counter()
-                _, kv = model.run([token], [position], causal_bias(position, 1), kv)
+                model.run([token], [position], causal_bias(position, 1), kv)
                 draft_steps[kind].append(time.perf_counter() - started)
             for temperature in temperatures:
                 params = SamplingParams(temperature)

@@ -198,7 +198,7 @@ def write_drafter(  # type: ignore[no-untyped-def]
     name = type(model).__name__
     try:
         chosen = onnx_export.choose_graph(model, graph)
-        shape = onnx_export.model_shape(model)
+        shape = {**onnx_export.model_shape(model), "cache": onnx_export.CACHE_CONTRACTS[chosen]}
         float_path = onnx_export.export(model, work / "float", chosen)
     except (UnsupportedModel, ValueError) as error:
         raise BuildError(f"cannot export {name}: {_first_line(error)}") from error
@@ -206,7 +206,7 @@ def write_drafter(  # type: ignore[no-untyped-def]
         log.debug("export of %s failed", name, exc_info=True)
         raise BuildError(f"cannot export {name} to ONNX ({chosen} graph): {type(error).__name__}: {_first_line(error)}") from error
     reference = export_check.reference_logits(model, check_ids)
-    layout = (shape["num_layers"], shape["num_kv_heads"], shape["head_dim"])
+    layout = (shape["num_layers"], shape["num_kv_heads"], shape["head_dim"], shape["cache"])
     checks = [export_check.compare(reference, export_check.onnx_logits(float_path, check_ids, *layout), "float32")]
     log.info("%s", checks[0].describe())
     if quantize and checks[0].passed:

@@ -1,12 +1,13 @@
 """The check every `specdec draft build` passes before its drafter is used: the ONNX model's
 logits against the torch model's own forward, on a fixed sequence of ids run as the drafter
-runs it (several cached calls, a token tree, a rollback by slicing, one-token steps).
+runs it (several cached calls, a token tree, a rollback, one-token steps), through the drafter's own
+calls (drafter_svc/draft_cache.py).
 
 Calls, for ids of length n (s1 = n // 3, s2 = 2n // 3):
   1. ids[:s1] from an empty cache;  2. ids[s1:s2] on the returned cache;
   3. a tree of three nodes after ids[:s2]: two siblings ids[s2], ids[s2 + 1] and a child
      ids[s2 + 2] of the first (positions s2, s2, s2 + 1), in one call with a tree mask;
-  4. the cache sliced back to s2 (the tree dropped), ids[s2:n - 3] in one call, then the last
+  4. the cache cut back to s2 (the tree dropped), ids[s2:n - 3] in one call, then the last
      three one token a call.
 The torch reference is one forward over all ids (every chain position) and one over each tree
 node's path, with the model's own masks (causal, its sliding windows).
@@ -37,7 +38,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from drafter_build.onnx_contract import causal_bias, io_names
+from drafter_build.onnx_contract import CONCATENATED, causal_bias
+from drafter_svc.draft_cache import DraftCache, call
 
 FLOAT32_RELATIVE_TOLERANCE = 1e-3
 INT8_ARGMAX_FLOOR = 0.9
@@ -126,42 +128,31 @@ def reference_logits(model: nn.Module, ids: list[int]) -> np.ndarray:
     return torch.cat(rows).double().numpy()
 
 
-def onnx_logits(onnx_path: Path, ids: list[int], num_layers: int, num_kv_heads: int, head_dim: int) -> np.ndarray:
-    """[n + 3, vocab] float64: the ONNX model's logits at the same positions, by the calls of the module docstring."""
+def onnx_logits(onnx_path: Path, ids: list[int], num_layers: int, num_kv_heads: int, head_dim: int, contract: str = CONCATENATED) -> np.ndarray:
+    """[n + 3, vocab] float64: the ONNX model's logits at the same positions, by the calls of the
+    module docstring, each made as the drafter makes it (drafter_svc/draft_cache.py) under the
+    graph's cache `contract`."""
     import onnxruntime as ort
 
     session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
-    past_names = io_names(num_layers)[0][4:]
+    cache = DraftCache.empty(num_layers, num_kv_heads, head_dim)
     n = len(ids)
     s1, s2 = _tree_layout(n)
 
-    def run(tokens: list[int], positions: list[int], bias: np.ndarray, kv: list[np.ndarray]) -> tuple[np.ndarray, list[np.ndarray]]:
-        logits, *present = session.run(None, {
-            "input_ids": np.array([tokens], np.int64), "position_ids": np.array([positions], np.int64),
-            "attention_bias": bias.astype(np.float32), "logits_index": np.arange(len(tokens), dtype=np.int64),
-            **dict(zip(past_names, kv)),
-        })
-        return logits[0], present
+    def run(tokens: list[int], positions: list[int], bias: np.ndarray) -> np.ndarray:
+        return call(session, contract, cache, np.array(tokens), np.array(positions), bias, np.arange(len(tokens)))
 
-    def chain(start: int, stop: int, kv: list[np.ndarray]) -> tuple[np.ndarray, list[np.ndarray]]:
-        return run(ids[start:stop], list(range(start, stop)), causal_bias(start, stop - start).numpy(), kv)
+    def chain(start: int, stop: int) -> np.ndarray:
+        return run(ids[start:stop], list(range(start, stop)), causal_bias(start, stop - start).numpy()[0, 0])
 
-    empty = [np.zeros((1, num_kv_heads, 0, head_dim), np.float32) for _ in past_names]
-    first, kv = chain(0, s1, empty)
-    second, kv = chain(s1, s2, kv)
-    blocked = np.finfo(np.float32).min
-    tree_bias = np.full((1, 1, 3, s2 + 3), blocked, np.float32)
-    tree_bias[..., :s2] = 0.0
+    first, second = chain(0, s1), chain(s1, s2)
+    tree_bias = np.full((3, s2 + 3), np.finfo(np.float32).min, np.float32)
+    tree_bias[:, :s2] = 0.0
     for node, seen in enumerate(([0], [1], [0, 2])):  # each node sees the prefix, its ancestors and itself
-        tree_bias[0, 0, node, [s2 + j for j in seen]] = 0.0
-    tree, _ = run(ids[s2 : s2 + 3], [s2, s2, s2 + 1], tree_bias, kv)
-    kv = [t[:, :, :s2] for t in kv]  # the rollback: the cache before the tree
-    rows = [first, second]
-    row, kv = chain(s2, n - 3, kv)
-    rows.append(row)
-    for i in range(n - 3, n):
-        row, kv = chain(i, i + 1, kv)
-        rows.append(row)
+        tree_bias[node, [s2 + j for j in seen]] = 0.0
+    tree = run(ids[s2 : s2 + 3], [s2, s2, s2 + 1], tree_bias)
+    cache.truncate(s2)  # the rollback: the cache before the tree
+    rows = [first, second, chain(s2, n - 3), *(chain(i, i + 1) for i in range(n - 3, n))]
     return np.concatenate([*rows, tree]).astype(np.float64)
 
 

@@ -1,36 +1,33 @@
-"""The hand-written ONNX graph of a LlamaForCausalLM step (the I/O contract of
-drafter_build/onnx_export.py): the model's own modules (embedding, RMSNorms, projections, MLPs,
-rotary embedding, head) with the attention written out as matmul + softmax over plain cache
-tensors, built with few nodes because a one-token call is mostly small nodes around the
-products: projections that read the same input stacked into one, grouped attention without
-copies of the cache, rotate_half as a product, reshapes that name every size but the token axis
-(no shape arithmetic in the graph). It serves only the exact Llama layout (`is_llama_layout`);
-every other architecture goes through generic_export.py, and both pass the same check
-(export_check.py). The layers' step (`KVCacheLlama.step`) takes its attention as a function:
-the verifier's graph (verifier_svc/backends/onnx_step_graph.py) attends another way.
+"""The hand-written ONNX graph of a LlamaForCausalLM step (the `in_place` I/O contract of
+drafter_build/onnx_contract.py): the model's own modules (embedding, RMSNorms, projections,
+MLPs, rotary embedding, head) with each layer's attention one fused node that reads the cache
+where it lies and writes the step's entries into it (fused_attention.py), built with few nodes
+because a one-token call is mostly small nodes around the products: projections that read the
+same input stacked into one, rotate_half as a product, reshapes that name every size but the
+token axis (no shape arithmetic in the graph). It serves only the exact Llama layout
+(`is_llama_layout`); every other architecture goes through generic_export.py, and both pass the
+same check (export_check.py). The model drafters run it in int8 (onnx_export.quantize_int8) and
+the verifier's onnxruntime passes in float32 (verifier_svc/backends/onnx_passes.py).
 """
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
 from torch import nn
 
-from drafter_build.onnx_contract import OPSET, causal_bias, io_names
+from drafter_build.fused_attention import GroupQueryAttention
+from drafter_build.onnx_contract import IN_PLACE, OPSET, causal_bias, io_names
 
-# The graph's version, recorded in the manifest: raised whenever this graph changes under the
-# same I/O contract, so that `specdec draft build` rebuilds a drafter built before. 2: the
-# attention reads the grouped KV heads in place, each layer's q, k and v projections are one
-# product, as are its MLP's gate and up, and the rotary embedding is one product for q and k;
-# an int8 call of one token took 8.4-12.4 ms against 10.9-18.8 after 150-1,500 cached tokens
-# (bench/results/drafter_calls-20261125-graph2.md), with the same float32 logits.
-GRAPH_VERSION = 2
-
-# A layer's attention inside KVCacheLlama.step: (layer, q, k, v, scaling) -> (output, cache outputs).
-LayerAttention = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor, float], tuple[torch.Tensor, list[torch.Tensor]]]
+# The graph's version, recorded in the manifest: raised whenever this graph changes, so that
+# `specdec draft build` rebuilds a drafter built before. 3: each layer's attention is one fused
+# node over the cache's buffers, written in place (the in_place contract); an int8 call of one
+# token took 12.3-17.9 ms against 13.4-20.9 after 64-1,024 cached tokens
+# (docs/design/drafter-export.md). 2: q, k and v one product, as are the MLP's gate and up.
+GRAPH_VERSION = 3
+CACHE = IN_PLACE
 
 
 def is_llama_layout(model: nn.Module) -> bool:
@@ -42,8 +39,9 @@ def is_llama_layout(model: nn.Module) -> bool:
 
 
 class KVCacheLlama(nn.Module):
-    """A LlamaForCausalLM step over flat past-KV tensors: (ids, positions, bias, logits_index,
-    *past) -> (logits, *present), past and present interleaved as key.0, value.0, key.1, ..."""
+    """A LlamaForCausalLM step over its layers' cache buffers: (ids, positions, bias,
+    logits_index, seqlens_k, total_length, *buffers) -> (logits, *buffers), the buffers
+    interleaved as key.0, value.0, key.1, ... (the in_place contract)."""
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
@@ -60,36 +58,11 @@ class KVCacheLlama(nn.Module):
         self.gate_up = nn.ModuleList(_stacked([mlp.gate_proj, mlp.up_proj]) for mlp in mlps)
 
     def forward(
-        self,
-        input_ids: torch.Tensor,
-        position_ids: torch.Tensor,
-        attention_bias: torch.Tensor,
-        logits_index: torch.Tensor,
-        *past: torch.Tensor,
+        self, input_ids: torch.Tensor, position_ids: torch.Tensor, attention_bias: torch.Tensor, logits_index: torch.Tensor,
+        seqlens_k: torch.Tensor, total_length: torch.Tensor, *cache: torch.Tensor,
     ) -> tuple[torch.Tensor, ...]:
-        bias = self.tiled(attention_bias)
-
-        def attend(i: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scaling: float) -> tuple[torch.Tensor, list[torch.Tensor]]:
-            return self.attend(q, k, v, past[2 * i], past[2 * i + 1], bias, scaling)
-
-        return self.step(input_ids, position_ids, logits_index, attend)
-
-    def tiled(self, bias: torch.Tensor) -> torch.Tensor:
-        """The bias [1, 1, n, keys] for a KV head's query heads stacked as rows (`grouped`): each
-        reads the same bias, tiled once for every layer: [1, 1, groups n, keys]."""
-        return bias.repeat(1, 1, self.num_heads // self.num_kv_heads, 1)
-
-    def grouped(self, q: torch.Tensor) -> torch.Tensor:
-        """Queries [1, heads, n, d] as [1, kv, groups n, d]: query head h reads KV head
-        h // groups (transformers' repeat_kv), so a KV head's query heads are stacked as rows of
-        one product with its keys instead of copying each KV head `groups` times."""
-        return q.reshape(1, self.num_kv_heads, -1, self.head_dim)
-
-    def step(self, input_ids: torch.Tensor, position_ids: torch.Tensor, logits_index: torch.Tensor, attend: LayerAttention) -> tuple[torch.Tensor, ...]:
-        """The step of a sequence of n tokens ([1, n] ids and positions; a batch of one) with each
-        layer's attention `attend(layer, q [1, heads, n, d], k, v [1, kv, n, d], scaling)` ->
-        (output [1, heads, n, d], the layer's cache outputs). Every reshape names its sizes but
-        the token axis (-1): the graph does no shape arithmetic."""
+        """The step of n tokens ([1, n] ids and positions; a batch of one). Every reshape names
+        its sizes but the token axis (-1): the graph does no shape arithmetic."""
         inner = self.model.model
         hidden = inner.embed_tokens(input_ids)  # [1, n, hidden]
         cos, sin = (t.unsqueeze(2) for t in inner.rotary_emb(hidden, position_ids))  # [1, n, 1, d]
@@ -105,26 +78,17 @@ class KVCacheLlama(nn.Module):
             x = layer.input_layernorm(hidden)
             qk, v = self.qkv[i](x).view(1, -1, heads + 2 * kv_heads, d).split([heads + kv_heads, kv_heads], dim=2)
             qk = qk * cos + torch.matmul(qk, rotate_half) * sin  # the rotary embedding of q and k at once
-            q, k = qk.transpose(1, 2).split([heads, kv_heads], dim=1)  # [1, heads, n, d], [1, kv, n, d]
-            out, cached = attend(i, q, k, v.transpose(1, 2), attn.scaling)
-            present += cached
-            hidden = hidden + attn.o_proj(out.transpose(1, 2).reshape(1, -1, heads * d))
+            q, k = qk.split([heads, kv_heads], dim=2)  # [1, n, heads, d], [1, n, kv, d]
+            out, keys, values = GroupQueryAttention.apply(
+                q.reshape(1, -1, heads * d), k.reshape(1, -1, kv_heads * d), v.reshape(1, -1, kv_heads * d), cache[2 * i], cache[2 * i + 1],
+                seqlens_k, total_length, attention_bias, heads, kv_heads, attn.scaling,
+            )
+            present += [keys, values]
+            hidden = hidden + attn.o_proj(out)
             gate, up = self.gate_up[i](layer.post_attention_layernorm(hidden)).split(layer.mlp.up_proj.out_features, dim=-1)
             hidden = hidden + layer.mlp.down_proj(layer.mlp.act_fn(gate) * up)
         hidden = inner.norm(hidden).index_select(1, logits_index)  # [1, m, hidden]
         return (self.model.lm_head(hidden), *present)
-
-    def attend(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, past_k: torch.Tensor, past_v: torch.Tensor, bias: torch.Tensor, scaling: float
-    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """One layer's attention: q [1, heads, n, d], the new entries k, v [1, kv, n, d], the
-        layer's cache past_k, past_v [1, kv, past, d] and the bias `tiled` [1, 1, groups n,
-        past + n] -> (the output [1, heads, n, d], what the layer returns as its cache: [past + n]
-        entries)."""
-        k = torch.cat([past_k, k], dim=2)  # [1, kv, past + n, d]
-        v = torch.cat([past_v, v], dim=2)
-        weights = torch.softmax(torch.matmul(self.grouped(q), k.transpose(2, 3)) * scaling + bias, dim=-1)
-        return weights.matmul(v).view(1, self.num_heads, -1, self.head_dim), [k, v]
 
 
 def _stacked(projections: list[nn.Linear]) -> nn.Linear:
@@ -140,42 +104,29 @@ def _stacked(projections: list[nn.Linear]) -> nn.Linear:
 
 def export_llama(model: nn.Module, path: Path) -> Path:
     """Write `path` (float32) for `model`, a LlamaForCausalLM in eval mode, with torch's
-    TorchScript exporter (this graph is plain tensor code; it needs no tracing of the cache)."""
+    TorchScript exporter (this graph is plain tensor code; it needs no tracing of the cache),
+    traced on a step of 2 tokens after 3 cached ones (every axis dynamic)."""
     wrapper = KVCacheLlama(model.float().eval())
-    inputs, outputs = io_names(model.config.num_hidden_layers)
-    cache_axes = {**{name: {2: "past"} for name in inputs[4:]}, **{name: {2: "total"} for name in outputs[1:]}}
-    return export_step(wrapper, path, inputs, outputs, cache_axes, past_len=3)
-
-
-def export_step(
-    wrapper: KVCacheLlama, path: Path, inputs: list[str], outputs: list[str], cache_axes: dict[str, dict[int, str]], past_len: int,
-    lengths: bool = False,
-) -> Path:
-    """Export `wrapper` (a KVCacheLlama, or a graph with its inputs) to `path` with the contract's
-    axes for ids, positions, bias and logits and `cache_axes` for the cache's inputs and outputs;
-    traced on a step of 2 tokens after `past_len` cached ones (every axis dynamic). With
-    `lengths`, the graph also takes the int32 inputs seqlens_k [1] and total_length [] after
-    logits_index, and its cache inputs are buffers with room for the step's entries."""
-    config = wrapper.model.config
-    n = 2
+    config = model.config
+    inputs, outputs = io_names(config.num_hidden_layers, CACHE)
+    past, n = 3, 2
     ids = torch.randint(0, config.vocab_size, (1, n))
-    positions = torch.arange(past_len, past_len + n).unsqueeze(0)
-    entries = past_len + n if lengths else past_len
-    kv = [torch.randn(1, wrapper.num_kv_heads, entries, wrapper.head_dim) for _ in range(2 * config.num_hidden_layers)]
-    extra = (torch.tensor([past_len + n - 1], dtype=torch.int32), torch.tensor(past_len + n, dtype=torch.int32)) if lengths else ()
+    positions = torch.arange(past, past + n).unsqueeze(0)
+    lengths = (torch.tensor([past + n - 1], dtype=torch.int32), torch.tensor(past + n, dtype=torch.int32))
+    buffers = [torch.randn(1, wrapper.num_kv_heads, past + n, wrapper.head_dim) for _ in range(2 * config.num_hidden_layers)]
     axes = {
         "input_ids": {1: "n"},
         "position_ids": {1: "n"},
         "attention_bias": {2: "n", 3: "total"},
         "logits_index": {0: "m"},
         "logits": {1: "m"},
-        **cache_axes,
+        **{name: {2: "capacity"} for name in [*inputs[6:], *outputs[1:]]},
     }
     with torch.no_grad(), warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="You are using the legacy TorchScript-based ONNX export")
         torch.onnx.export(
             wrapper,
-            (ids, positions, causal_bias(past_len, n), torch.tensor([n - 1]), *extra, *kv),
+            (ids, positions, causal_bias(past, n), torch.tensor([n - 1]), *lengths, *buffers),
             str(path),
             input_names=inputs,
             output_names=outputs,

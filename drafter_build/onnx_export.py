@@ -18,10 +18,11 @@ from pathlib import Path
 from torch import nn
 
 from drafter_build import generic_export, llama_graph
-from drafter_build.onnx_contract import MODEL_FILE
+from drafter_build.onnx_contract import CONCATENATED, MODEL_FILE
 
 GRAPHS = ("auto", "generic", "llama")
 GRAPH_VERSIONS = {"generic": generic_export.GRAPH_VERSION, "llama": llama_graph.GRAPH_VERSION}
+CACHE_CONTRACTS = {"generic": CONCATENATED, "llama": llama_graph.CACHE}  # onnx_contract.py
 
 
 def choose_graph(model: nn.Module, requested: str = "auto") -> str:

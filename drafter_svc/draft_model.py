@@ -1,10 +1,10 @@
 """A built drafter model loaded into onnxruntime, one per process, shared by its sessions.
 
 The model folder is what `specdec draft build` writes (drafter_build/): model.onnx with its KV
-cache as inputs/outputs (contract: drafter_build/onnx_contract.py) and manifest.json
-(drafter_manifest.py). One loaded model (an onnxruntime InferenceSession, CPU execution
-provider) is shared by every session of the process; each session keeps its own KV cache
-(onnx_drafter.py). The model also keeps the process's running means of what its calls take,
+cache as inputs/outputs (contracts: drafter_build/onnx_contract.py) and manifest.json
+(drafter_manifest.py, which names the build's cache contract). One loaded model (an onnxruntime
+InferenceSession, CPU execution provider) is shared by every session of the process; each
+session keeps its own KV cache (a DraftCache: draft_cache.py; onnx_drafter.py). The model also keeps the process's running means of what its calls take,
 which a new session prices its first draft with, and the prompts its sessions read, kept for
 later sessions that share them (prompt_cache.py).
 """
@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from drafter_svc.draft_cache import DraftCache, call
 from drafter_svc.drafter_manifest import Manifest
 from drafter_svc.prompt_cache import PromptCache
 from specdec.onnx_threads import session_options
@@ -34,8 +35,6 @@ class DraftModel:
         self.manifest = Manifest.read(folder)
         # Threads spin within a call and park between calls: the verifier may share these cores.
         self._session = ort.InferenceSession(str(folder / "model.onnx"), session_options(threads), providers=["CPUExecutionProvider"])
-        layers = self.manifest.num_layers
-        self._past_names = [f"past_{kind}.{i}" for i in range(layers) for kind in ("key", "value")]
         # Running means over every session of the process (a new session prices its first draft
         # with them), 0 until timed: a drafting step's seconds (the model call, q and the draw),
         # and a token's seconds in a call that reads many (a prefill).
@@ -43,25 +42,17 @@ class DraftModel:
         self.token_seconds = 0.0
         self.prompts = PromptCache()
 
-    def empty_cache(self) -> list[np.ndarray]:
+    def empty_cache(self) -> DraftCache:
         m = self.manifest
-        return [np.zeros((1, m.num_kv_heads, 0, m.head_dim), np.float32) for _ in range(2 * m.num_layers)]
+        return DraftCache.empty(m.num_layers, m.num_kv_heads, m.head_dim)
 
-    def run(
-        self, token_ids: Sequence[int], positions: Sequence[int], bias: np.ndarray, cache: list[np.ndarray], last_only: bool = False
-    ) -> tuple[np.ndarray, list[np.ndarray]]:
-        """(logits [n, vocab] for each new token, or [1, vocab] for the last one with last_only,
-        the cache extended by them). bias [n, past + n]. Only the logits asked for are computed:
-        the output layer is a fifth of a 128-token read's work."""
+    def run(self, token_ids: Sequence[int], positions: Sequence[int], bias: np.ndarray, cache: DraftCache, last_only: bool = False) -> np.ndarray:
+        """Logits [n, vocab] for each new token, or [1, vocab] for the last one with last_only;
+        the n tokens' entries appended to `cache`. bias [n, past + n]. Only the logits asked for
+        are computed: the output layer is a fifth of a 128-token read's work."""
         n = len(token_ids)
-        outputs = self._session.run(None, {
-            "input_ids": np.asarray([token_ids], np.int64),
-            "position_ids": np.asarray([positions], np.int64),
-            "attention_bias": bias[None, None].astype(np.float32, copy=False),
-            "logits_index": np.arange(n - 1 if last_only else 0, n, dtype=np.int64),
-            **dict(zip(self._past_names, cache)),
-        })
-        return outputs[0][0], outputs[1:]
+        rows = np.arange(n - 1 if last_only else 0, n, dtype=np.int64)
+        return call(self._session, self.manifest.cache, cache, np.asarray(token_ids), np.asarray(positions), bias, rows)
 
     def time_step(self, seconds: float) -> None:
         """Fold one drafting step's seconds into the running mean `step_seconds`."""

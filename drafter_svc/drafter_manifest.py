@@ -1,5 +1,5 @@
 """What the drafter service reads of a built drafter's manifest.json (drafter_build/build.py
-writes it): the cache shape the ONNX model needs, the target it was built for (source and
+writes it): the cache shape the ONNX model needs and its cache contract (draft_cache.py), the target it was built for (source and
 tokenizer fingerprint) and its export check against torch (drafter_build/export_check.py).
 Torch-free."""
 
@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+
+from drafter_svc.draft_cache import CONCATENATED, IN_PLACE
 
 
 @dataclass(frozen=True)
@@ -23,6 +25,7 @@ class Manifest:
     target_source: str = ""
     check_passed: bool | None = None  # None: built before builds were checked
     check_summary: str = ""
+    cache: str = CONCATENATED  # the graph's cache contract (built before graph version 3: concatenated)
 
     @staticmethod
     def read(folder: Path) -> Manifest:
@@ -33,10 +36,16 @@ class Manifest:
             return Manifest(
                 data["kind"], int(model["num_layers"]), int(model["num_kv_heads"]), int(model["head_dim"]),
                 int(model["vocab_size"]), str(target["tokenizer_fingerprint"]), str(target.get("source", "")),
-                bool(check["passed"]) if "passed" in check else None, check_summary(check),
+                bool(check["passed"]) if "passed" in check else None, check_summary(check), _contract(model.get("cache", CONCATENATED)),
             )
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
             raise ValueError(f"{folder / 'manifest.json'} is not a drafter build's manifest ({type(error).__name__}: {error})") from None
+
+
+def _contract(name: object) -> str:
+    if name not in (CONCATENATED, IN_PLACE):
+        raise ValueError(f"unknown cache contract {name!r}")
+    return str(name)
 
 
 def check_summary(check: dict) -> str:

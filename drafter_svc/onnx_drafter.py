@@ -1,10 +1,10 @@
 """A model drafter: a small (or quantized) language model under onnxruntime, sampling drafts and
 sending the q each was drawn from (Leviathan et al., 2023: any q works; a good q is close to p).
 
-Each session keeps its own KV cache as numpy arrays and the tokens it holds, over the process's
+Each session keeps its own KV cache (draft_cache.py) and the tokens it holds, over the process's
 shared model (draft_model.py). Each propose runs the context through the model from the longest
 cached prefix it shares with the cache (so after the verifier rejects, the cache is rolled back
-to the accepted text by slicing, and drafted tokens that were accepted are not run again), then
+to the accepted text by shortening it, and drafted tokens that were accepted are not run again), then
 drafts a chain of `budget` tokens, one model call per token, each sampled from its sparse q
 (draft_sampling.py), or fewer where the session's draft policy, asked before each call, says
 the next token would not pay for its step (`keep_drafting`; docs/concepts/draft-length-policies.md).
@@ -267,14 +267,14 @@ class OnnxDrafter(Drafter):
     def _extend(self, token_ids: list[int], bias: np.ndarray) -> np.ndarray:
         """The model's logits [vocab] after the last of `token_ids`, all of them run into the cache."""
         start = len(self._tokens)
-        logits, self._cache = self.model.run(token_ids, range(start, start + len(token_ids)), bias, self._cache, last_only=True)
+        logits = self.model.run(token_ids, range(start, start + len(token_ids)), bias, self._cache, last_only=True)
         self._tokens += token_ids
         self.model_calls += 1
         return logits[-1]
 
     def _truncate(self, length: int) -> None:
         if length < len(self._tokens):
-            self._cache = [kv[:, :, :length] for kv in self._cache]
+            self._cache.truncate(length)
             del self._tokens[length:]
 
 

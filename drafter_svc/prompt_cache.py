@@ -5,9 +5,10 @@ prefill that costs what the target's costs. Sessions often share a prompt's begi
 prompt, a chat template's header) or all of it (retries, several samples of one prompt, a
 benchmark's repeats). PromptCache keeps, for each prompt read, the drafter's keys and values
 after it and the logits after its last token. A new session starts from the longest beginning
-it shares with a kept prompt: that prompt's keys and values cut to the shared length (numpy
-views: the model never writes a cache in place, each call returns new arrays), and, when the
-kept prompt is the session's whole read, its logits too, so that the first call runs nothing.
+it shares with a kept prompt: a copy of that prompt's keys and values cut to the shared length
+(a call may write into a cache in place: each session's and each kept prompt's are its own
+memory), and, when the kept prompt is the session's whole read, its logits too, so that the
+first call runs nothing.
 
 Positions count from the start of what a session reads, so a kept prompt serves reads that start
 with the same tokens. The bound is in tokens kept (the sum of the kept prompts' lengths), the
@@ -26,6 +27,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from drafter_svc.draft_cache import MIN_SPARE_SLOTS, DraftCache
+
 
 @dataclass(frozen=True)
 class Reuse:
@@ -33,7 +36,7 @@ class Reuse:
     the logits after its whole read when the kept prompt is all of it (else None)."""
 
     tokens: int
-    cache: list[np.ndarray]
+    cache: DraftCache
     logits: np.ndarray | None
 
 
@@ -41,7 +44,7 @@ class PromptCache:
     """Kept prompts: token ids -> (keys and values after them, logits after the last)."""
 
     def __init__(self) -> None:
-        self._kept: OrderedDict[tuple[int, ...], tuple[list[np.ndarray], np.ndarray]] = OrderedDict()
+        self._kept: OrderedDict[tuple[int, ...], tuple[DraftCache, np.ndarray]] = OrderedDict()
         self._tokens = 0
         self._lock = threading.Lock()
 
@@ -66,9 +69,8 @@ class PromptCache:
                 return None
             self._kept.move_to_end(key)
             cache, logits = self._kept[key]
-        if shared == len(wanted):
-            return Reuse(shared, list(cache), logits.copy())
-        return Reuse(shared, [kv[:, :, :shared] for kv in cache], None)
+        whole = shared == len(wanted)  # room for the session's drafting after it:
+        return Reuse(shared, cache.copy(shared, spare=MIN_SPARE_SLOTS), logits.copy() if whole else None)
 
     def _best(self, wanted: tuple[int, ...]) -> tuple[int, tuple[int, ...] | None]:
         """(tokens reusable, the kept prompt giving them; None and 0: none). Under the lock."""
@@ -81,7 +83,7 @@ class PromptCache:
                 best, best_key = shared, key
         return best, best_key
 
-    def keep(self, read: Sequence[int], cache: list[np.ndarray], logits: np.ndarray, max_tokens: int) -> None:
+    def keep(self, read: Sequence[int], cache: DraftCache, logits: np.ndarray, max_tokens: int) -> None:
         """Keep a session's first read (its keys and values after `read`, exactly that long, and
         the logits after its last token) within `max_tokens` kept tokens in all; a read longer
         than that is not kept."""
@@ -92,7 +94,7 @@ class PromptCache:
             if key in self._kept:
                 self._kept.move_to_end(key)
                 return
-            self._kept[key] = (cache, logits.copy())
+            self._kept[key] = (cache.copy(len(key)), logits.copy())
             self._tokens += len(key)
             while self._tokens > max_tokens:
                 dropped, _ = self._kept.popitem(last=False)

@@ -7,6 +7,9 @@ in turns, threads as the drafter runs them). Every graph is the float32 step exp
 default target (the verifier's in-place graph, the drafter's layers and products) quantized here.
 
     PYTHONPATH=. flock -x /tmp/specdec-cpu.lock python bench/results/drafter_quantization_probe.py
+
+It runs at the commit it was run at, 7bcedd2 (its verifier_svc/backends/onnx_step_graph.py and
+that graph's contract have since gone): `git worktree add /tmp/probe 7bcedd2` and run it there.
 """
 
 from __future__ import annotations

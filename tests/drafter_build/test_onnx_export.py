@@ -1,5 +1,6 @@
 """The ONNX export computes the model's own logits with its KV cache carried between calls, any
-split of the sequence, a token tree's mask included; int8 quantization stays close."""
+split of the sequence, a token tree's mask included; int8 quantization stays close. Run as the
+drafter runs a build (drafter_svc/draft_model.py)."""
 
 from __future__ import annotations
 
@@ -7,32 +8,24 @@ import json
 from pathlib import Path
 
 import numpy as np
-import onnxruntime as ort
 import pytest
 import torch
 
 from drafter_build.build import rebuild_reason
 from drafter_build.llama_graph import GRAPH_VERSION
-from drafter_build.onnx_contract import causal_bias, io_names
+from drafter_svc.draft_model import DraftModel, causal_bias
 from tests.drafter_build.tiny_model import VOCAB, tiny_drafter_folder
 
 TOKENS = [int(t) for t in torch.randint(0, VOCAB, (40,), generator=torch.Generator().manual_seed(1))]
 
 
-def max_abs_logit_diff(model: torch.nn.Module, onnx_path: Path, token_ids: list[int], split: int) -> float:
-    """Largest |logit| difference between `model` (torch, full sequence) and the ONNX model run in
-    two calls (token_ids[:split] from an empty cache, then the rest on the returned cache)."""
-    session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
-    inputs, _ = io_names(3)
-    kv = [np.zeros((1, 2, 0, 16), np.float32) for _ in range(6)]
-    rows = []
-    for start, stop in ((0, split), (split, len(token_ids))):
-        logits, *kv = session.run(None, {
-            "input_ids": np.array([token_ids[start:stop]], np.int64), "position_ids": np.arange(start, stop)[None],
-            "attention_bias": causal_bias(start, stop - start).numpy(), "logits_index": np.arange(stop - start),
-            **dict(zip(inputs[4:], kv)),
-        })
-        rows.append(logits[0])
+def max_abs_logit_diff(model: torch.nn.Module, folder: Path, token_ids: list[int], split: int) -> float:
+    """Largest |logit| difference between `model` (torch, full sequence) and the built drafter in
+    `folder` run as the drafter runs it, in two calls (token_ids[:split] from an empty cache, then
+    the rest on the same cache)."""
+    drafter = DraftModel(folder)
+    cache = drafter.empty_cache()
+    rows = [drafter.run(token_ids[start:stop], range(start, stop), causal_bias(start, stop - start), cache) for start, stop in ((0, split), (split, len(token_ids)))]
     with torch.no_grad():
         expected = model(torch.tensor([token_ids])).logits[0].numpy()
     return float(np.abs(np.concatenate(rows) - expected).max())
@@ -46,7 +39,7 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[torch.nn.Module,
 @pytest.mark.parametrize("split", [1, 17, 39])
 def test_cached_calls_give_the_models_logits(exported, split: int) -> None:  # type: ignore[no-untyped-def]
     model, folder = exported
-    diff = max_abs_logit_diff(model, folder / "model.onnx", TOKENS, split)
+    diff = max_abs_logit_diff(model, folder, TOKENS, split)
     print(f"split {split}: largest |logit difference| from torch {diff:.2e}")
     assert diff < 1e-4
 
@@ -55,32 +48,24 @@ def test_tree_mask_gives_each_node_its_paths_logits(exported) -> None:  # type: 
     """Two siblings after a prefix, in one call with a tree mask: each gets the logits of a chain
     over prefix + itself (the mask and the positions are data)."""
     model, folder = exported
-    session = ort.InferenceSession(str(folder / "model.onnx"), providers=["CPUExecutionProvider"])
+    drafter = DraftModel(folder)
     prefix, siblings = TOKENS[:10], [5, 7]
-    layers = model.config.num_hidden_layers
-    empty = np.zeros((1, 2, 0, 16), np.float32)
-    inputs, _ = io_names(layers)
-    _, *kv = session.run(None, {
-        "input_ids": np.array([prefix]), "position_ids": np.arange(10)[None], "attention_bias": causal_bias(0, 10).numpy(),
-        "logits_index": np.array([9]), **{name: empty for name in inputs[4:]},
-    })
-    bias = np.full((1, 1, 2, 12), np.finfo(np.float32).min, np.float32)
-    bias[..., :10] = 0.0
-    bias[0, 0, 0, 10] = bias[0, 0, 1, 11] = 0.0  # each sibling sees the prefix and itself only
-    logits, *_ = session.run(None, {
-        "input_ids": np.array([siblings]), "position_ids": np.array([[10, 10]]), "attention_bias": bias,
-        "logits_index": np.array([0, 1]), **dict(zip(inputs[4:], kv)),
-    })
+    cache = drafter.empty_cache()
+    drafter.run(prefix, range(10), causal_bias(0, 10), cache, last_only=True)
+    bias = np.full((2, 12), np.finfo(np.float32).min, np.float32)
+    bias[:, :10] = 0.0
+    bias[0, 10] = bias[1, 11] = 0.0  # each sibling sees the prefix and itself only
+    logits = drafter.run(siblings, [10, 10], bias, cache)
     with torch.no_grad():
         for i, token in enumerate(siblings):
             expected = model(torch.tensor([prefix + [token]])).logits[0, -1].numpy()
-            assert np.abs(logits[0, i] - expected).max() < 1e-4
+            assert np.abs(logits[i] - expected).max() < 1e-4
 
 
 def test_int8_quantization_changes_weights_but_stays_close(exported, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     model, folder = exported
     _, quantized = tiny_drafter_folder(tmp_path / "int8", quantize=True)
-    diff = max_abs_logit_diff(model, quantized / "model.onnx", TOKENS, 20)
+    diff = max_abs_logit_diff(model, quantized, TOKENS, 20)
     print(f"int8: largest |logit difference| from torch {diff:.3f}")
     assert 1e-4 < diff < 0.5
     assert (quantized / "model.onnx").stat().st_size < (folder / "model.onnx").stat().st_size
@@ -91,7 +76,7 @@ def test_manifest_describes_the_model_and_the_build(exported) -> None:  # type: 
     manifest = json.loads((folder / "manifest.json").read_text())
     assert manifest["model"] == {
         "num_layers": 3, "num_kv_heads": 2, "head_dim": 16, "vocab_size": VOCAB,
-        "num_parameters": sum(p.numel() for p in model.parameters()),
+        "num_parameters": sum(p.numel() for p in model.parameters()), "cache": "in_place",
     }
     assert manifest["kind"] == "small" and manifest["target"]["tokenizer_fingerprint"] == "tiny-test-tokenizer"
     assert manifest["created_with"]["quantization"] == "none (float32)"
@@ -107,21 +92,11 @@ def test_int8_model_gives_each_token_nearly_the_same_logits_however_the_calls_ar
     """Activations are quantized per row and block: a prompt run in one call and token by token
     agree to well within the quantization's own error (per-tensor dynamic scales did not)."""
     _, quantized = tiny_drafter_folder(tmp_path / "int8", quantize=True)
-    session = ort.InferenceSession(str(quantized / "model.onnx"), providers=["CPUExecutionProvider"])
-    inputs, _ = io_names(3)
-    kv = [np.zeros((1, 2, 0, 16), np.float32)] * 6
-    whole, *_ = session.run(None, {
-        "input_ids": np.array([TOKENS]), "position_ids": np.arange(40)[None], "attention_bias": causal_bias(0, 40).numpy(),
-        "logits_index": np.arange(40), **dict(zip(inputs[4:], kv)),
-    })
-    rows = []
-    for i, token in enumerate(TOKENS):
-        logits, *kv = session.run(None, {
-            "input_ids": np.array([[token]]), "position_ids": np.array([[i]]), "attention_bias": causal_bias(i, 1).numpy(),
-            "logits_index": np.array([0]), **dict(zip(inputs[4:], kv)),
-        })
-        rows.append(logits[0, 0])
-    diff = float(np.abs(whole[0] - np.stack(rows)).max())
+    drafter = DraftModel(quantized)
+    whole = drafter.run(TOKENS, range(40), causal_bias(0, 40), drafter.empty_cache())
+    cache = drafter.empty_cache()
+    rows = [drafter.run([token], [i], causal_bias(i, 1), cache)[0] for i, token in enumerate(TOKENS)]
+    diff = float(np.abs(whole - np.stack(rows)).max())
     print(f"int8, one call vs token by token: largest |logit difference| {diff:.2e}")
     assert diff < 0.05
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from drafter_svc.draft_cache import DraftCache
 from drafter_svc.drafter_models import DrafterModels
 from drafter_svc.drafter_registry import make_drafter
 from drafter_svc.onnx_drafter import OnnxDrafter
@@ -37,8 +38,8 @@ def drafter(folder: Path, sampling: SamplingParams, cache_tokens: int, seed: int
     return made
 
 
-def kv(length: int, value: float) -> list[np.ndarray]:
-    return [np.full((1, 2, length, 4), value, np.float32) for _ in range(4)]
+def kv(length: int, value: float) -> DraftCache:
+    return DraftCache([np.full((1, 2, length, 4), value, np.float32) for _ in range(4)], length)
 
 
 def test_the_longest_shared_beginning_is_reused_and_the_last_token_left_to_run() -> None:
@@ -54,9 +55,23 @@ def test_the_longest_shared_beginning_is_reused_and_the_last_token_left_to_run()
     assert longer is not None and longer.tokens == 4 and longer.logits is None
     shorter = prompts.reuse([1, 2, 3])  # shares 3 tokens, but its last must run: 2 reused
     assert shorter is not None and shorter.tokens == 2 and shorter.logits is None
-    assert all(a.shape[2] == 2 for a in shorter.cache)
+    assert shorter.cache.length == 2
     other = prompts.reuse([1, 2, 9, 8])  # the second prompt is the longer match
-    assert other is not None and other.tokens == 3 and float(other.cache[0][0, 0, 0, 0]) == 2.0
+    assert other is not None and other.tokens == 3 and float(other.cache.arrays[0][0, 0, 0, 0]) == 2.0
+
+
+def test_kept_and_reused_caches_are_memory_of_their_own() -> None:
+    """A model call writes into a session's cache in place: a session writing after what it
+    reused, or the session that read the prompt writing on, leaves the kept prompt as it was."""
+    prompts = PromptCache()
+    read = kv(4, 1.0)
+    prompts.keep([1, 2, 3, 4], read, np.zeros(5), max_tokens=100)
+    read.arrays[0][:] = -1.0  # the reading session's later calls
+    reused = prompts.reuse([1, 2, 3, 4, 5])
+    assert reused is not None and reused.cache.length == 4 and reused.cache.capacity > 4  # room for the session's calls
+    reused.cache.arrays[0][0, 0, :3] = 9.0
+    again = prompts.reuse([1, 2, 3, 4])
+    assert again is not None and float(again.cache.arrays[0][:, :, :4].min()) == float(again.cache.arrays[0][:, :, :4].max()) == 1.0
 
 
 def test_the_bound_drops_the_least_recently_used_prompt_and_skips_longer_ones() -> None:

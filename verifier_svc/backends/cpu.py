@@ -21,8 +21,7 @@ from verifier_svc.backends.compiled_layers import CompiledLayers
 from verifier_svc.backends.cpu_compiled import CompiledPassRunner, compiled_layers
 from verifier_svc.backends.cpu_tuning import keep_copies, tune_batched_layout, tune_pass_sizes
 from verifier_svc.backends.generic import GenericBackend
-from verifier_svc.backends.onnx_passes import OnnxPasses, default_store, missing_modules
-from verifier_svc.backends.onnx_step_graph import served_layout
+from verifier_svc.backends.onnx_passes import OnnxPasses, default_store, missing_modules, served_layout
 from verifier_svc.backends.pass_timing import lone_sizes_seconds, prefilled_cache
 from verifier_svc.backends.stored_steps import StoredSteps
 from verifier_svc.kv_cache import KVCache

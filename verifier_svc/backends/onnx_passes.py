@@ -1,9 +1,9 @@
 """Lone passes through onnxruntime, for the CPU backend (`--cpu-onnx-passes`).
 
 A one-token pass of the default model through torch's eager forward spends a third of its time
-between kernels (~6,500 op dispatches); onnxruntime runs the same step as one graph
-(onnx_step_graph.py) at the speed of llama.cpp's float32 decoding on this CPU
-(docs/design/onnx-passes.md). The graph is exported from the served model at load and held in one
+between kernels (~6,500 op dispatches); onnxruntime runs the same step as one graph at the speed of llama.cpp's float32 decoding on this CPU
+(docs/design/onnx-passes.md). The graph is the model drafters' Llama step
+(drafter_build/llama_graph.py), exported from the served model at load and held in one
 InferenceSession (its own copy of the weights); onnxruntime's optimized graph is kept on disk
 (`default_store`), so a later start with the same weights, code and versions reads it in ~1 s
 instead of exporting and optimizing again (~14 s for the default model).
@@ -33,10 +33,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from drafter_build.llama_graph import CACHE, export_llama, is_llama_layout
+from drafter_build.onnx_contract import io_names
 from specdec.extras import importable
 from specdec.model_files import cache_root
 from specdec.onnx_threads import session_options
-from verifier_svc.backends.onnx_step_graph import export_step_graph, io_names
 from verifier_svc.backends.stored_steps import source_digest, store_key
 from verifier_svc.kv_cache import KVCache, kv_shape
 
@@ -51,7 +52,7 @@ HIDDEN = torch.finfo(torch.float32).min
 # The store keeps the optimized step of the STORE_KEEP models (or versions of the code) used last.
 STEP_FILE = "step.onnx"
 STORE_KEEP = 3
-# The graph's code outside this package (the drafters' Llama step it extends).
+# The graph's code (the drafters' Llama step), outside this package.
 GRAPH_SOURCE = Path(__file__).resolve().parents[2] / "drafter_build"
 
 
@@ -73,7 +74,7 @@ class OnnxPasses:
         else:
             self.session = exported_session(model, options, folder)
             made = f"exported{'' if folder is None else f', kept in {folder}'}"
-        self.inputs, self.outputs = io_names(model.config.num_hidden_layers)
+        self.inputs, self.outputs = io_names(model.config.num_hidden_layers, CACHE)
         self.vocab_size: int = model.config.vocab_size
         heads, head_dim = kv_shape(model.config)
         self._no_entries = torch.empty(1, heads, 0, head_dim)  # a new session's layers take their shape
@@ -128,6 +129,12 @@ class OnnxPasses:
         return binding
 
 
+def served_layout(model: torch.nn.Module) -> bool:
+    """Whether the graph computes `model`'s step: exactly transformers' LlamaForCausalLM (no
+    sliding windows, no logit scaling) in float32."""
+    return is_llama_layout(model) and next(model.parameters()).dtype == torch.float32
+
+
 def missing_modules() -> list[str]:
     """The modules these passes need that are not installed (onnxruntime runs them, torch's exporter
     writes the graph with onnx); the verifier then serves without them."""
@@ -164,7 +171,7 @@ def exported_session(model: torch.nn.Module, options, folder: Path | None):  # t
     import onnxruntime as ort
 
     with tempfile.TemporaryDirectory(prefix="specdec-onnx-") as work, torch.no_grad():
-        path = export_step_graph(model, Path(work) / STEP_FILE)
+        path = export_llama(model, Path(work) / STEP_FILE)
         if folder is not None:
             partial = Path(work) / "optimized"
             partial.mkdir()

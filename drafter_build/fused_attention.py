@@ -1,0 +1,45 @@
+"""onnxruntime's fused attention node (GroupQueryAttention, com.microsoft) as torch's TorchScript
+exporter writes it into a graph: the attention of the in-place cache contract
+(drafter_build/onnx_contract.py), used by the Llama step (llama_graph.py) that the model
+drafters and the verifier's onnxruntime passes run.
+
+With its past and present inputs bound to one buffer, the node reads a sequence's L cached
+entries where they lie (not the buffer's capacity), applies its causal mask and an additive bias
+(a token tree hides a node's non-ancestors beyond causal order), and writes only the n new
+entries at [L, L + n): nothing is copied. One node a layer instead of a dozen small ones
+(docs/design/onnx-passes.md). onnxruntime >= 1.22 takes the bias on CPU.
+"""
+
+from __future__ import annotations
+
+import torch
+
+CONTRIB_DOMAIN = "com.microsoft"
+
+
+class GroupQueryAttention(torch.autograd.Function):
+    """The node in an exported graph: q [1, n, heads d], k, v [1, n, kv d] (rows), the layer's
+    cache buffers [1, kv, C, d], seqlens_k int32 [1] (L + n - 1), total_length int32 [] (L + n)
+    and the bias [1, 1, n, L + n] -> (output [1, n, heads d], the buffers with the new entries).
+    Its forward only gives the outputs' shapes for tracing: the graph is run by onnxruntime,
+    never by torch."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cached_k: torch.Tensor, cached_v: torch.Tensor, seqlens_k: torch.Tensor,
+        total_length: torch.Tensor, bias: torch.Tensor, heads: int, kv_heads: int, scaling: float,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return torch.zeros_like(q), cached_k.clone(), cached_v.clone()
+
+    @staticmethod
+    def symbolic(g, q, k, v, cached_k, cached_v, seqlens_k, total_length, bias, heads: int, kv_heads: int, scaling: float):  # type: ignore[no-untyped-def]
+        from torch.onnx._internal.torchscript_exporter.symbolic_helper import _optional_input_placeholder_tensor
+
+        none = _optional_input_placeholder_tensor(g)  # cos_cache, sin_cache, position_ids: the rotary embedding is the graph's
+        out, keys, values = g.op(
+            f"{CONTRIB_DOMAIN}::GroupQueryAttention", q, k, v, cached_k, cached_v, seqlens_k, total_length, none, none, none, bias,
+            num_heads_i=heads, kv_num_heads_i=kv_heads, scale_f=scaling, outputs=3,
+        )
+        for output, like in ((out, q), (keys, cached_k), (values, cached_v)):  # the exporter's shape inference knows no contrib op
+            output.setType(like.type())
+        return out, keys, values
