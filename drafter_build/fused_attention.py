@@ -7,7 +7,9 @@ With its past and present inputs bound to one buffer, the node reads a sequence'
 entries where they lie (not the buffer's capacity), applies its causal mask and an additive bias
 (a token tree hides a node's non-ancestors beyond causal order), and writes only the n new
 entries at [L, L + n): nothing is copied. One node a layer instead of a dozen small ones
-(docs/design/onnx-passes.md). onnxruntime >= 1.22 takes the bias on CPU.
+(docs/design/onnx-passes.md); it applies the rotary embedding too, from tables of every position,
+and reads q, k and v packed, so a layer's step is its products, its norms and this node.
+onnxruntime >= 1.22 takes the bias (and the positions a tree needs) on CPU.
 """
 
 from __future__ import annotations
@@ -18,28 +20,31 @@ CONTRIB_DOMAIN = "com.microsoft"
 
 
 class GroupQueryAttention(torch.autograd.Function):
-    """The node in an exported graph: q [1, n, heads d], k, v [1, n, kv d] (rows), the layer's
-    cache buffers [1, kv, C, d], seqlens_k int32 [1] (L + n - 1), total_length int32 [] (L + n)
-    and the bias [1, 1, n, L + n] -> (output [1, n, heads d], the buffers with the new entries).
-    Its forward only gives the outputs' shapes for tracing: the graph is run by onnxruntime,
-    never by torch."""
+    """The node in an exported graph: a layer's q, k and v packed as rows [1, n, (heads + 2 kv) d]
+    (its stacked projection's output, before the rotary embedding), the layer's cache buffers
+    [1, kv, C, d], seqlens_k int32 [1] (L + n - 1), total_length int32 [] (L + n), the rotary
+    embedding's cos and sin tables [max positions, d / 2], the tokens' positions int64 [1, n]
+    (a token tree's nodes share their depth's) and the bias [1, 1, n, L + n] -> (output [1, n,
+    heads d], the buffers with the new entries). The node rotates q and k (Llama's rotate_half
+    layout: not interleaved) at those positions before attending. Its forward only gives the
+    outputs' shapes for tracing: the graph is run by onnxruntime, never by torch."""
 
     @staticmethod
     def forward(  # type: ignore[override]
-        ctx, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cached_k: torch.Tensor, cached_v: torch.Tensor, seqlens_k: torch.Tensor,
-        total_length: torch.Tensor, bias: torch.Tensor, heads: int, kv_heads: int, scaling: float,
+        ctx, qkv: torch.Tensor, cached_k: torch.Tensor, cached_v: torch.Tensor, seqlens_k: torch.Tensor, total_length: torch.Tensor,
+        cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor, bias: torch.Tensor, heads: int, kv_heads: int, scaling: float,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        return torch.zeros_like(q), cached_k.clone(), cached_v.clone()
+        return qkv[..., : heads * cached_k.shape[-1]].clone(), cached_k.clone(), cached_v.clone()
 
     @staticmethod
-    def symbolic(g, q, k, v, cached_k, cached_v, seqlens_k, total_length, bias, heads: int, kv_heads: int, scaling: float):  # type: ignore[no-untyped-def]
+    def symbolic(g, qkv, cached_k, cached_v, seqlens_k, total_length, cos, sin, positions, bias, heads: int, kv_heads: int, scaling: float):  # type: ignore[no-untyped-def]
         from torch.onnx._internal.torchscript_exporter.symbolic_helper import _optional_input_placeholder_tensor
 
-        none = _optional_input_placeholder_tensor(g)  # cos_cache, sin_cache, position_ids: the rotary embedding is the graph's
+        packed = _optional_input_placeholder_tensor(g)  # key and value: packed with the query
         out, keys, values = g.op(
-            f"{CONTRIB_DOMAIN}::GroupQueryAttention", q, k, v, cached_k, cached_v, seqlens_k, total_length, none, none, none, bias,
-            num_heads_i=heads, kv_num_heads_i=kv_heads, scale_f=scaling, outputs=3,
+            f"{CONTRIB_DOMAIN}::GroupQueryAttention", qkv, packed, packed, cached_k, cached_v, seqlens_k, total_length, cos, sin, positions,
+            bias, num_heads_i=heads, kv_num_heads_i=kv_heads, scale_f=scaling, do_rotary_i=1, rotary_interleaved_i=0, outputs=3,
         )
-        for output, like in ((out, q), (keys, cached_k), (values, cached_v)):  # the exporter's shape inference knows no contrib op
+        for output, like in ((out, qkv), (keys, cached_k), (values, cached_v)):  # the exporter's shape inference knows no contrib op
             output.setType(like.type())
         return out, keys, values

@@ -1,10 +1,9 @@
 """The hand-written ONNX graph of a LlamaForCausalLM step (the `in_place` I/O contract of
 drafter_build/onnx_contract.py): the model's own modules (embedding, RMSNorms, projections,
-MLPs, rotary embedding, head) with each layer's attention one fused node that reads the cache
-where it lies and writes the step's entries into it (fused_attention.py), built with few nodes
-because a one-token call is mostly small nodes around the products: projections that read the
-same input stacked into one, rotate_half as a product, reshapes that name every size but the
-token axis (no shape arithmetic in the graph). It serves only the exact Llama layout
+MLPs, head) with each layer's attention one fused node that applies the rotary embedding, reads
+the cache where it lies and writes the step's entries into it (fused_attention.py), built with
+few nodes because a one-token call is mostly small nodes around the products: projections that
+read the same input stacked into one, no reshapes and no shape arithmetic. It serves only the exact Llama layout
 (`is_llama_layout`); every other architecture goes through generic_export.py, and both pass the
 same check (export_check.py). The model drafters run it in int8 (onnx_export.quantize_int8) and
 the verifier's onnxruntime passes in float32 (verifier_svc/backends/onnx_passes.py).
@@ -22,20 +21,25 @@ from drafter_build.fused_attention import GroupQueryAttention
 from drafter_build.onnx_contract import IN_PLACE, OPSET, causal_bias, io_names
 
 # The graph's version, recorded in the manifest: raised whenever this graph changes, so that
-# `specdec draft build` rebuilds a drafter built before. 3: each layer's attention is one fused
-# node over the cache's buffers, written in place (the in_place contract); an int8 call of one
-# token took 12.3-17.9 ms against 13.4-20.9 after 64-1,024 cached tokens
-# (docs/design/drafter-export.md). 2: q, k and v one product, as are the MLP's gate and up.
-GRAPH_VERSION = 3
+# `specdec draft build` rebuilds a drafter built before. 4: the fused node applies the rotary
+# embedding and reads q, k and v packed; 3: each layer's attention is one fused node over the
+# cache's buffers, written in place (the in_place contract); 2: q, k and v one product, as are
+# the MLP's gate and up. The measurements: docs/design/drafter-export.md.
+GRAPH_VERSION = 4
 CACHE = IN_PLACE
+# Rotary embeddings whose tables depend on the sequence's length (transformers'
+# dynamic_rope_update): not a table of positions made once, so not this graph's.
+LENGTH_DEPENDENT_ROPE = ("dynamic", "longrope")
 
 
 def is_llama_layout(model: nn.Module) -> bool:
     """Whether `model` is exactly transformers' LlamaForCausalLM, the module tree this graph reads
-    (a subclass or a relative with the same names may compute something else)."""
+    (a subclass or a relative with the same names may compute something else), with a rotary
+    embedding of fixed tables."""
     from transformers import LlamaForCausalLM
 
-    return type(model) is LlamaForCausalLM
+    rope = str(getattr(getattr(getattr(model, "model", None), "rotary_emb", None), "rope_type", "default"))
+    return type(model) is LlamaForCausalLM and not any(kind in rope for kind in LENGTH_DEPENDENT_ROPE)
 
 
 class KVCacheLlama(nn.Module):
@@ -56,32 +60,26 @@ class KVCacheLlama(nn.Module):
         attns, mlps = [layer.self_attn for layer in model.model.layers], [layer.mlp for layer in model.model.layers]
         self.qkv = nn.ModuleList(_stacked([attn.q_proj, attn.k_proj, attn.v_proj]) for attn in attns)
         self.gate_up = nn.ModuleList(_stacked([mlp.gate_proj, mlp.up_proj]) for mlp in mlps)
+        # The rotary embedding's cos and sin at every position the model takes, [positions, d / 2]
+        # (the halves of transformers' tables repeat: cat(freqs, freqs)), for the fused node.
+        positions = config.max_position_embeddings
+        cos, sin = model.model.rotary_emb(torch.zeros(1, positions, self.head_dim), torch.arange(positions)[None])
+        self.register_buffer("cos", cos[0, :, : self.head_dim // 2].contiguous())
+        self.register_buffer("sin", sin[0, :, : self.head_dim // 2].contiguous())
 
     def forward(
         self, input_ids: torch.Tensor, position_ids: torch.Tensor, attention_bias: torch.Tensor, logits_index: torch.Tensor,
         seqlens_k: torch.Tensor, total_length: torch.Tensor, *cache: torch.Tensor,
     ) -> tuple[torch.Tensor, ...]:
-        """The step of n tokens ([1, n] ids and positions; a batch of one). Every reshape names
-        its sizes but the token axis (-1): the graph does no shape arithmetic."""
+        """The step of n tokens ([1, n] ids and positions; a batch of one)."""
         inner = self.model.model
         hidden = inner.embed_tokens(input_ids)  # [1, n, hidden]
-        cos, sin = (t.unsqueeze(2) for t in inner.rotary_emb(hidden, position_ids))  # [1, n, 1, d]
-        heads, kv_heads, d = self.num_heads, self.num_kv_heads, self.head_dim
-        # transformers' rotate_half(x) = cat(-x[d/2:], x[:d/2]) as a product with a constant
-        # signed permutation (exact: one nonzero term per output), one node instead of four.
-        rotate_half = torch.zeros(d, d)
-        rotate_half[d // 2 :, : d // 2] = -torch.eye(d // 2)
-        rotate_half[: d // 2, d // 2 :] = torch.eye(d // 2)
         present: list[torch.Tensor] = []
         for i, layer in enumerate(inner.layers):
             attn = layer.self_attn
-            x = layer.input_layernorm(hidden)
-            qk, v = self.qkv[i](x).view(1, -1, heads + 2 * kv_heads, d).split([heads + kv_heads, kv_heads], dim=2)
-            qk = qk * cos + torch.matmul(qk, rotate_half) * sin  # the rotary embedding of q and k at once
-            q, k = qk.split([heads, kv_heads], dim=2)  # [1, n, heads, d], [1, n, kv, d]
             out, keys, values = GroupQueryAttention.apply(
-                q.reshape(1, -1, heads * d), k.reshape(1, -1, kv_heads * d), v.reshape(1, -1, kv_heads * d), cache[2 * i], cache[2 * i + 1],
-                seqlens_k, total_length, attention_bias, heads, kv_heads, attn.scaling,
+                self.qkv[i](layer.input_layernorm(hidden)), cache[2 * i], cache[2 * i + 1], seqlens_k, total_length, self.cos, self.sin,
+                position_ids, attention_bias, self.num_heads, self.num_kv_heads, attn.scaling,
             )
             present += [keys, values]
             hidden = hidden + attn.o_proj(out)

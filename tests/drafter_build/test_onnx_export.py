@@ -13,8 +13,9 @@ import torch
 
 from drafter_build.build import rebuild_reason
 from drafter_build.llama_graph import GRAPH_VERSION
+from drafter_build.onnx_export import choose_graph
 from drafter_svc.draft_model import DraftModel, causal_bias
-from tests.drafter_build.tiny_model import VOCAB, tiny_drafter_folder
+from tests.drafter_build.tiny_model import VOCAB, tiny_drafter_folder, tiny_model
 
 TOKENS = [int(t) for t in torch.randint(0, VOCAB, (40,), generator=torch.Generator().manual_seed(1))]
 
@@ -129,3 +130,13 @@ def test_a_build_is_redone_unless_it_passed_its_check_with_the_current_graph(exp
     assert rebuild_reason(tmp_path / "missing") == "not built"
     (tmp_path / "manifest.json").write_text('{"created_with": ')  # a build cut off mid-write
     assert rebuild_reason(tmp_path) == "its manifest cannot be read"
+
+
+def test_the_llama_graph_rotates_with_the_models_own_tables_and_leaves_length_dependent_ones_to_the_generic_graph(tmp_path: Path) -> None:
+    """The fused attention node rotates q and k with tables of every position made from the
+    model's rotary embedding: Llama 3's scaled one passes the check against torch. Dynamic NTK
+    scaling changes its table with the sequence's length, so auto exports it generically."""
+    _, folder = tiny_drafter_folder(tmp_path / "llama3", architecture="llama-llama3-rope")  # raises where the check fails
+    assert json.loads((folder / "manifest.json").read_text())["created_with"]["graph"] == "llama"
+    assert choose_graph(tiny_model("llama-dynamic-rope")) == "generic" and choose_graph(tiny_model("llama")) == "llama"
+

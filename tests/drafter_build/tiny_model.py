@@ -30,6 +30,11 @@ _COMMON: dict[str, Any] = dict(
 )
 ARCHITECTURES: dict[str, tuple[type, dict[str, Any]]] = {
     "llama": (LlamaConfig, {}),
+    # Llama 3's scaled rotary embedding (a fixed table) and dynamic NTK scaling (the table changes with the length).
+    "llama-llama3-rope": (LlamaConfig, dict(rope_parameters=dict(
+        rope_type="llama3", rope_theta=10000.0, factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=64,
+    ))),
+    "llama-dynamic-rope": (LlamaConfig, dict(rope_parameters=dict(rope_type="dynamic", rope_theta=10000.0, factor=2.0))),
     "qwen2": (Qwen2Config, {}),
     "qwen2-window": (Qwen2Config, dict(use_sliding_window=True, sliding_window=WINDOW, max_window_layers=1)),
     "qwen3": (Qwen3Config, dict(head_dim=16)),
