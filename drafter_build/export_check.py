@@ -1,7 +1,7 @@
 """The check every `specdec draft build` passes before its drafter is used: the ONNX model's
 logits against the torch model's own forward, on a fixed sequence of ids run as the drafter
-runs it (several cached calls, a token tree, a rollback, one-token steps), through the drafter's own
-calls (drafter_svc/draft_cache.py).
+runs it (several cached calls, a token tree, a rollback, one-token steps), through the drafter's
+own calls (drafter_svc/draft_cache.py).
 
 Calls, for ids of length n (s1 = n // 3, s2 = 2n // 3):
   1. ids[:s1] from an empty cache;  2. ids[s1:s2] on the returned cache;

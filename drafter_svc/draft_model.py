@@ -4,9 +4,10 @@ The model folder is what `specdec draft build` writes (drafter_build/): model.on
 cache as inputs/outputs (contracts: drafter_build/onnx_contract.py) and manifest.json
 (drafter_manifest.py, which names the build's cache contract). One loaded model (an onnxruntime
 InferenceSession, CPU execution provider) is shared by every session of the process; each
-session keeps its own KV cache (a DraftCache: draft_cache.py; onnx_drafter.py). The model also keeps the process's running means of what its calls take,
-which a new session prices its first draft with, and the prompts its sessions read, kept for
-later sessions that share them (prompt_cache.py).
+session keeps its own KV cache (a DraftCache: draft_cache.py; onnx_drafter.py). The model also
+keeps the process's running means of what its calls take, which a new session prices its first
+draft with, and the prompts its sessions read, kept for later sessions that share them
+(prompt_cache.py).
 """
 
 from __future__ import annotations

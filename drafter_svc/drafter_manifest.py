@@ -1,7 +1,7 @@
 """What the drafter service reads of a built drafter's manifest.json (drafter_build/build.py
-writes it): the cache shape the ONNX model needs and its cache contract (draft_cache.py), the target it was built for (source and
-tokenizer fingerprint) and its export check against torch (drafter_build/export_check.py).
-Torch-free."""
+writes it): the cache shape the ONNX model needs and its cache contract (draft_cache.py), the
+target it was built for (source and tokenizer fingerprint) and its export check against torch
+(drafter_build/export_check.py). Torch-free."""
 
 from __future__ import annotations
 

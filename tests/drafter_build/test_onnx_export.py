@@ -63,6 +63,18 @@ def test_tree_mask_gives_each_node_its_paths_logits(exported) -> None:  # type: 
             assert np.abs(logits[i] - expected).max() < 1e-4
 
 
+def test_a_calls_logits_stay_its_own_after_later_calls(exported) -> None:  # type: ignore[no-untyped-def]
+    """The logits a call returns are not memory onnxruntime reuses for a later call's."""
+    _, folder = exported
+    drafter = DraftModel(folder)
+    cache = drafter.empty_cache()
+    first = drafter.run(TOKENS[:5], range(5), causal_bias(0, 5), cache)
+    kept = first.copy()
+    for i in range(5, 12):
+        drafter.run([TOKENS[i]], [i], causal_bias(i, 1), cache)
+    assert np.array_equal(first, kept)
+
+
 def test_int8_quantization_changes_weights_but_stays_close(exported, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     model, folder = exported
     _, quantized = tiny_drafter_folder(tmp_path / "int8", quantize=True)

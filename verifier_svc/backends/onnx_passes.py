@@ -1,10 +1,10 @@
 """Lone passes through onnxruntime, for the CPU backend (`--cpu-onnx-passes`).
 
 A one-token pass of the default model through torch's eager forward spends a third of its time
-between kernels (~6,500 op dispatches); onnxruntime runs the same step as one graph at the speed of llama.cpp's float32 decoding on this CPU
-(docs/design/onnx-passes.md). The graph is the model drafters' Llama step
-(drafter_build/llama_graph.py), exported from the served model at load and held in one
-InferenceSession (its own copy of the weights); onnxruntime's optimized graph is kept on disk
+between kernels (~6,500 op dispatches); onnxruntime runs the same step as one graph at the speed
+of llama.cpp's float32 decoding on this CPU (docs/design/onnx-passes.md). The graph is the model
+drafters' Llama step (drafter_build/llama_graph.py), exported from the served model at load and
+held in one InferenceSession (its own copy of the weights); onnxruntime's optimized graph is kept on disk
 (`default_store`), so a later start with the same weights, code and versions reads it in ~1 s
 instead of exporting and optimizing again (~14 s for the default model).
 
@@ -131,7 +131,8 @@ class OnnxPasses:
 
 def served_layout(model: torch.nn.Module) -> bool:
     """Whether the graph computes `model`'s step: exactly transformers' LlamaForCausalLM (no
-    sliding windows, no logit scaling) in float32."""
+    sliding windows, no logit scaling, rotary tables that do not change with the length) in
+    float32."""
     return is_llama_layout(model) and next(model.parameters()).dtype == torch.float32
 
 
