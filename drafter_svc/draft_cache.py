@@ -15,6 +15,8 @@ drafter runs it.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -72,7 +74,7 @@ class DraftCache:
         """Hold `arrays` (a concatenated call's present outputs), all of their entries."""
         self.arrays, self.length, self._binding = arrays, arrays[0].shape[2], None
 
-    def binding(self, session: Any, names: list[str], presents: list[str]) -> Any:
+    def binding(self, session: Any, names: Sequence[str], presents: Sequence[str]) -> Any:
         """An IOBinding of `session` with the arrays bound as the inputs `names` and, at the same
         addresses, the outputs `presents`: the one made before while the arrays are the same."""
         if self._binding is not None and self._binding[0] is session:
@@ -86,11 +88,12 @@ class DraftCache:
         return binding
 
 
-def cache_names(num_layers: int, contract: str) -> tuple[list[str], list[str]]:
+@functools.cache
+def cache_names(num_layers: int, contract: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(the graph's cache input names, its present output names) under `contract`."""
     prefix = "cache" if contract == IN_PLACE else "past"
     kinds = [(i, kind) for i in range(num_layers) for kind in ("key", "value")]
-    return [f"{prefix}_{kind}.{i}" for i, kind in kinds], [f"present_{kind}.{i}" for i, kind in kinds]
+    return tuple(f"{prefix}_{kind}.{i}" for i, kind in kinds), tuple(f"present_{kind}.{i}" for i, kind in kinds)
 
 
 def call(

@@ -52,8 +52,9 @@ HIDDEN = torch.finfo(torch.float32).min
 # The store keeps the optimized step of the STORE_KEEP models (or versions of the code) used last.
 STEP_FILE = "step.onnx"
 STORE_KEEP = 3
-# The graph's code (the drafters' Llama step), outside this package.
+# The graph's code (the drafters' Llama step and its contract's names), outside this package.
 GRAPH_SOURCE = Path(__file__).resolve().parents[2] / "drafter_build"
+CONTRACT_SOURCE = Path(__file__).resolve().parents[2] / "drafter_svc" / "draft_cache.py"
 
 
 class OnnxPasses:
@@ -67,7 +68,7 @@ class OnnxPasses:
         # Its threads spin within a pass, as torch's OpenMP threads do between ops, and park
         # between passes (specdec/onnx_threads.py).
         options = session_options(threads)
-        folder = None if store is None else store / store_key(model, {"onnxruntime": ort.__version__, "graph": source_digest(GRAPH_SOURCE), "weights": weights_digest(model)})
+        folder = None if store is None else store / store_key(model, {"onnxruntime": ort.__version__, "graph": graph_digest(), "weights": weights_digest(model)})
         stored = None if folder is None else stored_session(folder, options)
         if stored is not None:
             self.session, made = stored, f"read from {folder}"
@@ -127,6 +128,12 @@ class OnnxPasses:
             binding.bind_output(present, "cpu", 0, np.float32, list(buffer.shape), buffer.data_ptr())
         self._bindings[cache] = (addresses, binding)
         return binding
+
+
+def graph_digest() -> str:
+    """A digest of the code the step graph is exported from: drafter_build and the contract's
+    names (drafter_svc/draft_cache.py)."""
+    return hashlib.sha256((source_digest(GRAPH_SOURCE) + hashlib.sha256(CONTRACT_SOURCE.read_bytes()).hexdigest()).encode()).hexdigest()
 
 
 def served_layout(model: torch.nn.Module) -> bool:
