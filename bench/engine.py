@@ -232,7 +232,7 @@ def report(args: argparse.Namespace, results: dict) -> str:
     for batch, times in results["curve"].items():
         lines.append(f"| {batch} | {1000 * times[0]:.1f} | " + " | ".join(f"{t / times[0]:.2f}" for t in times[1:]) + " |")
     onnx = "" if args.device != "cpu" or args.dtype != "float32" or args.quantization != "none" or args.no_onnx_passes else (
-        " (lone passes of a Llama in float32 run through onnxruntime, whose kernels are no torch ops: their time counts as time between torch's)")
+        " (lone passes of a Llama in float32 run through onnxruntime: their parts by onnxruntime's profiler, the rest of the wall time between its kernels)")
     lines += ["", f"Per-pass breakdown (ms, lone session){onnx}:", "", "| part | " + " | ".join(f"n={n}" for n in results["breakdown"]) + " |"]
     lines.append("|---|" + "---|" * len(results["breakdown"]))
     parts = list(next(iter(results["breakdown"].values())))

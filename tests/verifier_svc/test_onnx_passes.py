@@ -210,3 +210,18 @@ def test_tuning_times_torchs_layout_in_torch_and_the_lone_passes_in_onnxruntime(
         assert f"torch's passes (batched): {'weight first' if backend.weight_first else 'F.linear'}, {f'padded to {rows} rows' if rows > 1 else 'unpadded'}" in caplog.text
     finally:
         backend.weight_first, backend.linear_min_rows = kept
+
+
+def test_a_pass_profiled_by_onnxruntime_runs_on_a_second_session_and_the_served_one_comes_back(llama) -> None:  # type: ignore[no-untyped-def]
+    """The engine benchmark's breakdown of a pass onnxruntime runs (bench/engine_parts.py): its
+    kernels by kind from onnxruntime's profiler, within the pass's wall time; the served session
+    and its bindings are back afterwards, and a pass after it gives its path's logits."""
+    from bench.engine_parts import pass_breakdown
+
+    target, reference = llama
+    served = onnx_of(target).session
+    parts = pass_breakdown(target, 24, 4, 3)
+    kernels = [parts[name] for name in ("linear layers (without the head)", "output head", "attention", "other tensor ops")]
+    assert all(ms > 0 for ms in kernels) and sum(kernels) < 1.5 * parts["wall"], parts
+    assert onnx_of(target).session is served
+    assert rounds_after_a_prompt(llama, 11, 12, (2,)) == (1, 1)

@@ -27,7 +27,7 @@ import shutil
 import tempfile
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -69,6 +69,7 @@ class OnnxPasses:
         # between passes (specdec/onnx_threads.py).
         options = session_options(threads)
         folder = None if store is None else store / store_key(model, {"onnxruntime": ort.__version__, "graph": graph_digest(), "weights": weights_digest(model)})
+        self.folder = folder  # where the optimized step is kept (None: nowhere)
         stored = None if folder is None else stored_session(folder, options)
         if stored is not None:
             self.session, made = stored, f"read from {folder}"
@@ -111,6 +112,25 @@ class OnnxPasses:
         self.runs += 1
         cache.written_to(start + real)
         return logits[0]
+
+    @contextlib.contextmanager
+    def profiling(self, prefix: Path) -> Iterator[Callable[[], str]]:
+        """Within it, passes run on a second session of the kept step with onnxruntime's profiler
+        on (its files named from `prefix`); yields a function that ends the profile and returns
+        its JSON file's path. For the engine benchmark's breakdown (bench/engine_parts.py)."""
+        import onnxruntime as ort
+
+        if self.folder is None:
+            raise ValueError("onnxruntime's passes keep no step to profile (no store)")
+        options = session_options(self.session.get_session_options().intra_op_num_threads)
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # optimized when kept
+        options.enable_profiling, options.profile_file_prefix = True, str(prefix)
+        served, self.session = self.session, ort.InferenceSession(str(self.folder / STEP_FILE), options, providers=["CPUExecutionProvider"])
+        self._bindings = weakref.WeakKeyDictionary()  # bound to the served session
+        try:
+            yield self.session.end_profiling
+        finally:
+            self.session, self._bindings = served, weakref.WeakKeyDictionary()
 
     def _cache_binding(self, cache: KVCache):  # type: ignore[no-untyped-def]
         """An IOBinding with the cache's buffers bound as the graph's cache inputs and, at the
