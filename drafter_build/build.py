@@ -199,6 +199,8 @@ def write_drafter(  # type: ignore[no-untyped-def]
     try:
         chosen = onnx_export.choose_graph(model, graph)
         shape = {**onnx_export.model_shape(model), "cache": onnx_export.CACHE_CONTRACTS[chosen]}
+        if chosen == "llama":  # its fused node rotates from tables of this many positions
+            shape["max_positions"] = model.config.max_position_embeddings
         float_path = onnx_export.export(model, work / "float", chosen)
     except (UnsupportedModel, ValueError) as error:
         raise BuildError(f"cannot export {name}: {_first_line(error)}") from error

@@ -50,8 +50,12 @@ class DraftModel:
     def run(self, token_ids: Sequence[int], positions: Sequence[int], bias: np.ndarray, cache: DraftCache, last_only: bool = False) -> np.ndarray:
         """Logits [n, vocab] for each new token, or [1, vocab] for the last one with last_only;
         the n tokens' entries appended to `cache`. bias [n, past + n]. Only the logits asked for
-        are computed: the output layer is a fifth of a 128-token read's work."""
+        are computed: the output layer is a fifth of a 128-token read's work. ValueError for a
+        position past the graph's (Manifest.max_positions: its fused node would read past its
+        rotary tables)."""
         n = len(token_ids)
+        if self.manifest.max_positions and max(positions, default=0) >= self.manifest.max_positions:
+            raise ValueError(f"position {max(positions)} is past the drafter's {self.manifest.max_positions} positions")
         rows = np.arange(n - 1 if last_only else 0, n, dtype=np.int64)
         return call(self._session, self.manifest.cache, cache, np.asarray(token_ids), np.asarray(positions), bias, rows)
 

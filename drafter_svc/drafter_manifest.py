@@ -26,6 +26,7 @@ class Manifest:
     check_passed: bool | None = None  # None: built before builds were checked
     check_summary: str = ""
     cache: str = CONCATENATED  # the graph's cache contract (built before graph version 3: concatenated)
+    max_positions: int = 0  # positions the graph takes (its rotary tables' length); 0: any
 
     @staticmethod
     def read(folder: Path) -> Manifest:
@@ -37,6 +38,7 @@ class Manifest:
                 data["kind"], int(model["num_layers"]), int(model["num_kv_heads"]), int(model["head_dim"]),
                 int(model["vocab_size"]), str(target["tokenizer_fingerprint"]), str(target.get("source", "")),
                 bool(check["passed"]) if "passed" in check else None, check_summary(check), _contract(model.get("cache", CONCATENATED)),
+                int(model.get("max_positions", 0)),
             )
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
             raise ValueError(f"{folder / 'manifest.json'} is not a drafter build's manifest ({type(error).__name__}: {error})") from None

@@ -89,7 +89,7 @@ def test_manifest_describes_the_model_and_the_build(exported) -> None:  # type: 
     manifest = json.loads((folder / "manifest.json").read_text())
     assert manifest["model"] == {
         "num_layers": 3, "num_kv_heads": 2, "head_dim": 16, "vocab_size": VOCAB,
-        "num_parameters": sum(p.numel() for p in model.parameters()), "cache": "in_place",
+        "num_parameters": sum(p.numel() for p in model.parameters()), "cache": "in_place", "max_positions": 512,
     }
     assert manifest["kind"] == "small" and manifest["target"]["tokenizer_fingerprint"] == "tiny-test-tokenizer"
     assert manifest["created_with"]["quantization"] == "none (float32)"

@@ -18,7 +18,7 @@ from drafter_svc.acceptance_predictor import FEATURES, node_features
 from drafter_svc.draft_sampling import draft_distribution
 from drafter_svc.draft_tree import cut
 from drafter_svc.draft import ROOT
-from drafter_svc.draft_model import load_draft_model
+from drafter_svc.draft_model import DraftModel, causal_bias, load_draft_model
 from drafter_svc.drafter_models import DrafterModels, resolve_default_drafter
 from drafter_svc.drafter_registry import make_drafter
 from drafter_svc.onnx_drafter import OnnxDrafter
@@ -289,6 +289,24 @@ def test_a_larger_tail_mass_sends_fewer_tokens_and_samples_only_from_them(tiny) 
         assert set(draft.token_ids) <= set(ids) and p[ids].sum() >= 1 - tail - 1e-9
         sizes[tail] = len(ids)
     assert sizes[0.2] < sizes[1e-4]
+
+
+def test_a_drafter_drafts_only_within_its_graphs_positions(tiny) -> None:  # type: ignore[no-untyped-def]
+    """The Llama graph's fused node rotates from tables of max_position_embeddings positions: a
+    drafter whose tables end at 12 drafts at most the tokens that fit (the chain's last one is
+    drawn, not run), nothing once its context alone is past them, and a call past them is a
+    ValueError, not a read past the tables."""
+    _, folder = tiny
+    model = DraftModel(folder)
+    assert model.manifest.max_positions == 512  # the tiny model's max_position_embeddings
+    model.manifest = replace(model.manifest, max_positions=12)
+    session = OnnxDrafter(model, SamplingParams(0.0), np.random.default_rng(0), window=0)
+    draft = session.propose(CONTEXT, 8)  # a chain, then greedy siblings up to 8 nodes
+    chain = [i for i, parent in enumerate(draft.parents) if parent == i - 1]
+    assert len(chain) == 12 - len(CONTEXT) + 1 and len(draft.token_ids) == 8
+    assert OnnxDrafter(model, SamplingParams(0.0), np.random.default_rng(0), window=0).propose(list(range(3, 16)), 8).token_ids == []
+    with pytest.raises(ValueError, match="position 12 is past the drafter's 12 positions"):
+        model.run([5], [12], causal_bias(12, 1), model.empty_cache())
 
 
 def test_missing_or_foreign_model_is_a_failed_precondition(tiny, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

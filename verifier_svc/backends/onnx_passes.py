@@ -78,6 +78,7 @@ class OnnxPasses:
             made = f"exported{'' if folder is None else f', kept in {folder}'}"
         self.inputs, self.outputs = io_names(model.config.num_hidden_layers, CACHE)
         self.vocab_size: int = model.config.vocab_size
+        self.max_positions: int = model.config.max_position_embeddings
         heads, head_dim = kv_shape(model.config)
         self._no_entries = torch.empty(1, heads, 0, head_dim)  # a new session's layers take their shape
         self.runs = 0  # passes run here
@@ -86,8 +87,10 @@ class OnnxPasses:
         log.info("onnxruntime lone passes ready in %.1f s (%s; onnxruntime %s)", time.perf_counter() - began, made, ort.__version__)
 
     def fits(self, cache: KVCache, start: int, real: int) -> bool:
-        """Whether a lone pass of `real` tokens after `start` cached ones runs here."""
-        return real <= MAX_TOKENS
+        """Whether a lone pass of `real` tokens after `start` cached ones runs here: of up to
+        MAX_TOKENS, at positions within the graph's rotary tables (the sessions' context length
+        keeps them there; a pass past them would read past the tables)."""
+        return real <= MAX_TOKENS and start + real <= self.max_positions
 
     def score(self, cache: KVCache, ids: Sequence[int], positions: torch.Tensor, mask: torch.Tensor, start: int, first_row: int) -> torch.Tensor:
         """The pass of `ids` at `positions` ([r] after `start` cached entries, mask [r, start + r]
