@@ -59,6 +59,12 @@ class DraftModel:
         rows = np.arange(n - 1 if last_only else 0, n, dtype=np.int64)
         return call(self._session, self.manifest.cache, cache, np.asarray(token_ids), np.asarray(positions), bias, rows)
 
+    def positions_left(self, read: int) -> int:
+        """Positions the graph still takes after a read of `read` tokens (negative: the read itself
+        is past them); unbounded where it takes any position."""
+        most = self.manifest.max_positions
+        return most - read if most else 1 << 30
+
     def time_step(self, seconds: float) -> None:
         """Fold one drafting step's seconds into the running mean `step_seconds`."""
         self.step_seconds = running_mean(self.step_seconds, seconds)

@@ -151,19 +151,13 @@ class OnnxDrafter(Drafter):
             self._start = max(0, len(context) - self.window) if self.window else 0
         return context[min(self._start, len(context) - 1):]
 
-    def _positions_left(self, context: Sequence[int]) -> int:
-        """Positions the model still takes after reading `context` (its read part); negative: the
-        read itself is past them. Unbounded where the graph takes any position."""
-        most = self.model.manifest.max_positions
-        return most - len(self._read(context)) if most else 1 << 30
-
     def _shared_prefix(self, context: Sequence[int]) -> int:
         return shared_length(self._tokens, context, len(context) - 1)  # the last token is always run: its logits are needed
 
     def prefill(self, context: Sequence[int]) -> None:
         """Run `context` into the cache (e.g. the prompt, while the verifier runs its own
         prefill), so that the next propose after it runs only the tokens added since."""
-        if context and self._positions_left(context) >= 0:
+        if context and self.model.positions_left(len(self._read(context))) >= 0:
             self.next_logits(context)
 
     def propose(
@@ -175,7 +169,7 @@ class OnnxDrafter(Drafter):
         nodes = budget if max_nodes is None else max_nodes
         if max_nodes is not None and max_nodes < 0:
             raise ValueError(f"max_nodes must be >= 0, got {max_nodes}")
-        left = self._positions_left(context)
+        left = self.model.positions_left(len(self._read(context)))
         if left < 0:  # the context alone is past the model's positions: nothing to draft with
             return Draft.point_masses([])
         depth = min(budget, nodes, left + 1)  # the chain's last token is drawn, not run
