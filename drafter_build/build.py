@@ -192,14 +192,14 @@ def write_drafter(  # type: ignore[no-untyped-def]
 
     from drafter_build import export_check, onnx_export
     from drafter_build.generic_export import UnsupportedModel
-    from drafter_build.onnx_contract import DYNAMO_OPSET, MODEL_FILE, OPSET
+    from drafter_build.onnx_contract import DYNAMO_OPSET, IN_PLACE, MODEL_FILE, OPSET
 
     started = time.perf_counter() if started is None else started
     name = type(model).__name__
     try:
         chosen = onnx_export.choose_graph(model, graph)
         shape = {**onnx_export.model_shape(model), "cache": onnx_export.CACHE_CONTRACTS[chosen]}
-        if chosen == "llama":  # its fused node rotates from tables of this many positions
+        if shape["cache"] == IN_PLACE:  # its fused node rotates from tables of this many positions
             shape["max_positions"] = model.config.max_position_embeddings
         float_path = onnx_export.export(model, work / "float", chosen)
     except (UnsupportedModel, ValueError) as error:

@@ -38,7 +38,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from drafter_build.onnx_contract import CONCATENATED, causal_bias
+from drafter_build.onnx_contract import causal_bias
 from drafter_svc.draft_cache import DraftCache, call
 
 FLOAT32_RELATIVE_TOLERANCE = 1e-3
@@ -128,7 +128,7 @@ def reference_logits(model: nn.Module, ids: list[int]) -> np.ndarray:
     return torch.cat(rows).double().numpy()
 
 
-def onnx_logits(onnx_path: Path, ids: list[int], num_layers: int, num_kv_heads: int, head_dim: int, contract: str = CONCATENATED) -> np.ndarray:
+def onnx_logits(onnx_path: Path, ids: list[int], num_layers: int, num_kv_heads: int, head_dim: int, contract: str) -> np.ndarray:
     """[n + 3, vocab] float64: the ONNX model's logits at the same positions, by the calls of the
     module docstring, each made as the drafter makes it (drafter_svc/draft_cache.py) under the
     graph's cache `contract`."""
