@@ -96,6 +96,18 @@ def cache_names(num_layers: int, contract: str) -> tuple[tuple[str, ...], tuple[
     return tuple(f"{prefix}_{kind}.{i}" for i, kind in kinds), tuple(f"present_{kind}.{i}" for i, kind in kinds)
 
 
+def prompt_rows(length: int, positions: np.ndarray) -> int:
+    """How many of a call's rows, at `positions` after `length` held entries, the fused attention
+    node of the in-place contract (drafter_build/fused_attention.py) may take in one call: all of
+    them after held entries; over none, onnxruntime's node takes the call for a prompt and rotates
+    row i at position i whatever the positions say, so only the leading rows at 0, 1, 2, ... (a
+    chain: the rows after them, a tree's, go in a call of their own)."""
+    if length:
+        return len(positions)
+    off = np.flatnonzero(np.asarray(positions) != np.arange(len(positions)))
+    return int(off[0]) if len(off) else len(positions)
+
+
 def call(
     session: Any, contract: str, cache: DraftCache, token_ids: np.ndarray, positions: np.ndarray, bias: np.ndarray,
     logits_index: np.ndarray,
@@ -103,7 +115,11 @@ def call(
     """One call of a drafter's graph (an onnxruntime InferenceSession under `contract`): the n
     tokens `token_ids` [n] at `positions` [n] after the cache's entries, `bias` [n, length + n];
     returns the logits [m, vocab] of the rows `logits_index` [m] and appends the n entries to the
-    cache."""
+    cache. Under the in-place contract, rows the node cannot take at once (prompt_rows) run as a
+    second call."""
+    split = prompt_rows(cache.length, positions) if contract == IN_PLACE else len(token_ids)
+    if split < len(token_ids):
+        return _split_call(session, contract, cache, token_ids, positions, bias, logits_index, split)
     feeds = {
         "input_ids": token_ids.astype(np.int64, copy=False)[None],
         "position_ids": positions.astype(np.int64, copy=False)[None],
@@ -124,3 +140,23 @@ def call(
     session.run_with_iobinding(binding)
     cache.length = end
     return binding.get_outputs()[0].numpy()[0]
+
+
+def _split_call(
+    session: Any, contract: str, cache: DraftCache, token_ids: np.ndarray, positions: np.ndarray, bias: np.ndarray,
+    logits_index: np.ndarray, split: int,
+) -> np.ndarray:
+    """`call` as two calls, rows [0, split) then the rest, the logits put back in the order asked."""
+    logits_index = np.asarray(logits_index)
+    early = logits_index < split
+    late = ~early
+    first = call(session, contract, cache, token_ids[:split], positions[:split], bias[:split, :split], _rows_or_one(logits_index[early]))
+    rest = call(session, contract, cache, token_ids[split:], positions[split:], bias[split:], _rows_or_one(logits_index[late] - split))
+    logits = np.empty((len(logits_index), first.shape[-1]), np.float32)
+    logits[early], logits[late] = first[: int(early.sum())], rest[: int(late.sum())]
+    return logits
+
+
+def _rows_or_one(rows: np.ndarray) -> np.ndarray:
+    """`rows`, or row 0 where there are none (a call returns some row; the caller drops it)."""
+    return rows if len(rows) else np.zeros(1, np.int64)

@@ -45,18 +45,29 @@ def test_cached_calls_give_the_models_logits(exported, split: int) -> None:  # t
     assert diff < 1e-4
 
 
-def test_tree_mask_gives_each_node_its_paths_logits(exported) -> None:  # type: ignore[no-untyped-def]
-    """Two siblings after a prefix, in one call with a tree mask: each gets the logits of a chain
-    over prefix + itself (the mask and the positions are data)."""
+@pytest.mark.parametrize("prefix_cached", [True, False], ids=["prefix-cached", "one-call-from-empty"])
+def test_tree_mask_gives_each_node_its_paths_logits(exported, prefix_cached: bool) -> None:  # type: ignore[no-untyped-def]
+    """Two siblings after a prefix, with a tree mask, in a call after the prefix's or in one call
+    with it over an empty cache (the fused node then rotates as for a prompt: the call splits, see
+    draft_cache.prompt_rows): each gets the logits of a chain over prefix + itself, the prefix its
+    own (the mask and the positions are data)."""
     model, folder = exported
     drafter = DraftModel(folder)
     prefix, siblings = TOKENS[:10], [5, 7]
     cache = drafter.empty_cache()
-    drafter.run(prefix, range(10), causal_bias(0, 10), cache, last_only=True)
-    bias = np.full((2, 12), np.finfo(np.float32).min, np.float32)
-    bias[:, :10] = 0.0
-    bias[0, 10] = bias[1, 11] = 0.0  # each sibling sees the prefix and itself only
-    logits = drafter.run(siblings, [10, 10], bias, cache)
+    bias = np.full((12, 12), np.finfo(np.float32).min, np.float32)
+    bias[:10, :10] = causal_bias(0, 10)
+    bias[10:, :10] = 0.0
+    bias[10, 10] = bias[11, 11] = 0.0  # each sibling sees the prefix and itself only
+    if prefix_cached:
+        drafter.run(prefix, range(10), bias[:10, :10], cache, last_only=True)
+        logits = drafter.run(siblings, [10, 10], bias[10:], cache)
+    else:
+        logits = drafter.run(prefix + siblings, [*range(10), 10, 10], bias, cache)
+        with torch.no_grad():
+            assert np.abs(logits[:10] - model(torch.tensor([prefix])).logits[0].numpy()).max() < 1e-4
+        assert cache.length == 12
+        logits = logits[10:]
     with torch.no_grad():
         for i, token in enumerate(siblings):
             expected = model(torch.tensor([prefix + [token]])).logits[0, -1].numpy()

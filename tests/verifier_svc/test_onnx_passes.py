@@ -61,6 +61,19 @@ def test_tree_passes_score_each_path_as_a_plain_sequence(llama) -> None:  # type
     assert rounds_after_a_prompt(llama, 7, 40, (0, 3, 7, 12, 16, 1)) == (1, 6), "a prompt's prefill runs through onnxruntime too"
 
 
+def test_a_sessions_first_pass_its_prompt_with_a_tree_scores_each_path(llama) -> None:  # type: ignore[no-untyped-def]
+    """A session's first round reads its prompt and its draft tree in one pass over an empty
+    cache: siblings share a position there too (the attention node must rotate at the positions
+    given, not in the pass's order: the pass runs as two, the prompt then the tree)."""
+    target, reference = llama
+    rng = random.Random(11)
+    prompt = [rng.randrange(3, VOCAB) for _ in range(12)]
+    runs = onnx_of(target).runs
+    for nodes in (2, 5, 9):
+        score_rounds(target, reference, rng, target.new_cache(), [], prompt, (nodes, 3))
+    assert onnx_of(target).runs - runs == 3 * 2 + 3, "all through onnxruntime, each first pass as two runs"
+
+
 def test_passes_past_max_tokens_run_in_torch(llama, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """Past MAX_TOKENS (the attention node would hold heads x n x (L + n) probabilities) a pass is
     torch's, on the same cache, and the rounds after it onnxruntime's again: of a 19-token

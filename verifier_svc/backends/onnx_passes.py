@@ -35,6 +35,7 @@ import torch
 
 from drafter_build.llama_graph import CACHE, export_llama, is_llama_layout
 from drafter_build.onnx_contract import io_names
+from drafter_svc.draft_cache import prompt_rows
 from specdec.extras import importable
 from specdec.model_files import cache_root
 from specdec.onnx_threads import session_options
@@ -95,7 +96,18 @@ class OnnxPasses:
     def score(self, cache: KVCache, ids: Sequence[int], positions: torch.Tensor, mask: torch.Tensor, start: int, first_row: int) -> torch.Tensor:
         """The pass of `ids` at `positions` ([r] after `start` cached entries, mask [r, start + r]
         bool: tree_attention_mask): [r - first_row, vocab] float32 logits of its rows from
-        `first_row` on; the r new entries written into the cache's buffers in place."""
+        `first_row` on; the r new entries written into the cache's buffers in place. A session's
+        first pass, its prompt with a tree after it, runs as two (drafter_svc/draft_cache.prompt_rows)."""
+        split = prompt_rows(start, positions.numpy())
+        if split == len(ids):
+            return self._run(cache, ids, positions, mask, start, first_row)
+        head = min(first_row, split - 1)  # the first pass returns a row at least
+        prompt = self._run(cache, ids[:split], positions[:split], mask[:split, :split], start, head)
+        tree = self._run(cache, ids[split:], positions[split:], mask[split:], start + split, max(first_row - split, 0))
+        return torch.cat([prompt[first_row - head :], tree])
+
+    def _run(self, cache: KVCache, ids: Sequence[int], positions: torch.Tensor, mask: torch.Tensor, start: int, first_row: int) -> torch.Tensor:
+        """`score` as one run of the graph."""
         layers = cache.cache.layers
         real = len(ids)
         for layer in layers:  # room for the pass's entries (a new session's layers: buffers of the graph's shape)
