@@ -45,6 +45,10 @@ class GroupQueryAttention(torch.autograd.Function):
             f"{CONTRIB_DOMAIN}::GroupQueryAttention", qkv, packed, packed, cached_k, cached_v, seqlens_k, total_length, cos, sin, positions,
             bias, num_heads_i=heads, kv_num_heads_i=kv_heads, scale_f=scaling, do_rotary_i=1, rotary_interleaved_i=0, outputs=3,
         )
-        for output, like in ((out, qkv), (keys, cached_k), (values, cached_v)):  # the exporter's shape inference knows no contrib op
-            output.setType(like.type())
+        # The exporter's shape inference knows no contrib op: each output's type is declared,
+        # the output's last dimension that of the heads alone (q's part of the packed rows).
+        rows = qkv.type().varyingSizes()
+        out.setType(qkv.type().with_sizes([*rows[:-1], heads * cached_k.type().varyingSizes()[-1]]))
+        keys.setType(cached_k.type())
+        values.setType(cached_v.type())
         return out, keys, values

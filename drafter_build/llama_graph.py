@@ -21,11 +21,12 @@ from drafter_build.fused_attention import GroupQueryAttention
 from drafter_build.onnx_contract import IN_PLACE, OPSET, causal_bias, io_names
 
 # The graph's version, recorded in the manifest: raised whenever this graph changes, so that
-# `specdec draft build` rebuilds a drafter built before. 4: the fused node applies the rotary
+# `specdec draft build` rebuilds a drafter built before. 5: the fused node's output declares its
+# own shape (onnxruntime warned at every load of a version-4 build); 4: the fused node applies the rotary
 # embedding and reads q, k and v packed; 3: each layer's attention is one fused node over the
 # cache's buffers, written in place (the in_place contract); 2: q, k and v one product, as are
 # the MLP's gate and up. The measurements: docs/design/drafter-export.md.
-GRAPH_VERSION = 4
+GRAPH_VERSION = 5
 CACHE = IN_PLACE
 # Rotary embeddings whose tables depend on the sequence's length (transformers'
 # dynamic_rope_update): not a table of positions made once, so not this graph's.

@@ -112,6 +112,16 @@ def test_manifest_describes_the_model_and_the_build(exported) -> None:  # type: 
     assert rebuild_reason(folder) is None  # a passed build of the current graph is kept
 
 
+def test_a_build_loads_without_onnxruntime_warnings(exported, capfd) -> None:  # type: ignore[no-untyped-def]
+    """Every node's outputs declare their shapes: onnxruntime loads the graph and runs a call
+    without a warning (a service's log starts clean)."""
+    _, folder = exported
+    capfd.readouterr()
+    drafter = DraftModel(folder)
+    drafter.run(TOKENS[:3], range(3), causal_bias(0, 3), drafter.empty_cache())
+    assert "onnxruntime" not in capfd.readouterr().err
+
+
 def test_int8_model_gives_each_token_nearly_the_same_logits_however_the_calls_are_split(tmp_path: Path) -> None:
     """Activations are quantized per row and block: a prompt run in one call and token by token
     agree to well within the quantization's own error (per-tensor dynamic scales did not)."""
