@@ -109,7 +109,7 @@ class RoundLoop:
         if plan.copy_draft is not None:
             model_step = None if plan.prefilling else drafter.step_seconds
             catch_up = 0.0 if plan.prefilling else drafter.catch_up_seconds(context)
-            plan.copied = policy.send_copy(plan.copy_draft, plan.budget, plan.nodes, model_step, catch_up)
+            plan.copied = policy.send_copy(plan.copy_draft, plan.budget, plan.nodes, model_step, catch_up, drafter.reads_prompt)
         if plan.copied and plan.copy_draft is not None:
             plan.full = plan.copy_draft
             plan.draft = policy.choose(plan.full, plan.budget, plan.nodes, copied=True)

@@ -55,12 +55,12 @@ class AutoPolicy(PricingPolicy):
 
     def send_copy(
         self, session: SessionEstimates, copy_draft: Draft, path: Sequence[int], max_depth: int, max_nodes: int,
-        step_seconds: float | None, catch_up_seconds: float,
+        step_seconds: float | None, catch_up_seconds: float, reads_prompt: bool,
     ) -> bool:
         gains, costs = self.gains_and_costs(session, copy_draft, path, max_depth, max_nodes, 0.0, copied=True)
         copy_rate = max(g / c for g, c in zip(gains[1:], costs[1:]))
         cost = session.cost()
         if step_seconds is None:
             return copy_rate > 1.0 / cost.of(0)
-        step, first = session.step_cost(step_seconds), session.catch_up_cost(catch_up_seconds, max_depth)
+        step, first = session.step_cost(step_seconds), session.catch_up_cost(catch_up_seconds, reads_prompt, max_depth)
         return copy_rate > max(session.chain_rates(cost, step, first, max_depth, max_nodes))

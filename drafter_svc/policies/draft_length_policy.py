@@ -41,7 +41,7 @@ class DraftLengthPolicy(Protocol):
 
     def send_copy(
         self, session: SessionEstimates, copy_draft: Draft, path: Sequence[int], max_depth: int, max_nodes: int,
-        step_seconds: float | None, catch_up_seconds: float,
+        step_seconds: float | None, catch_up_seconds: float, reads_prompt: bool,
     ) -> bool:
         """Whether a hybrid session sends its copy draft (non-empty primary path `path`) rather
         than drafting with its model (default: whenever there is one). step_seconds None: the

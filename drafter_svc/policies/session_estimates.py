@@ -7,8 +7,8 @@ Costs are in plain decoding passes, as the verifier prices the session's next ro
 ModelInfo, each later one with the verdict before it. The drafter adds only what the verifier
 cannot see: the first round's pass also reads the prompt (the prefill, priced with the same
 RoundPrice: RoundPrice.with_pending), a model drafter's steps in units of the plain pass's
-seconds, and its one-time reads (of the prompt, of tokens emitted while it did not draft) shared
-by the rounds the session has left (`read_share`).
+seconds, and its one-time read of the prompt shared by the rounds the session has left
+(`read_share`).
 """
 
 from __future__ import annotations
@@ -98,22 +98,17 @@ class SessionEstimates:
         return self.rounds == 0 and self.prompt_tokens > 1 and not self.shared()
 
     def read_share(self, max_depth: int) -> float:
-        """The share of a model drafter's one-time read (of the prompt, or of the tokens emitted
-        since it last drafted) that the next round pays: 1 / the rounds the session has left at
-        full depth."""
+        """The share of a model drafter's one-time read of the prompt that the next round pays:
+        1 / the rounds the session has left at full depth."""
         if not self.max_new_tokens:
             return 1.0
         rounds = (self.max_new_tokens - self.emitted) / expected_tokens(self.session.alpha, max_depth)
         return 1.0 / max(1.0, rounds)
 
-    def catch_up_cost(self, catch_up_seconds: float, max_depth: int) -> float:
+    def catch_up_cost(self, catch_up_seconds: float, reads_prompt: bool, max_depth: int) -> float:
         """What a model drafter's first step costs this round beyond a step, in step_cost's units:
-        this round's read_share of reading what the drafter has not read (the prompt, or the
-        tokens emitted since it last drafted). The read is paid once, by whichever model round
-        comes next, and serves every later one; charged whole to one round, tokens that copies
-        or plain rounds emitted piled up until the model never drafted again (a hybrid session
-        on open text, 2026-11-28: docs/design/draft-policy-rules.md)."""
-        return self.step_cost(catch_up_seconds) * self.read_share(max_depth)
+        the tokens it catches up on, or with reads_prompt this round's read_share of the prompt."""
+        return self.step_cost(catch_up_seconds) * (self.read_share(max_depth) if reads_prompt else 1.0)
 
     def step_cost(self, step_seconds: float) -> float:
         """One model-drafter step of `step_seconds` in units of the next round's plain pass

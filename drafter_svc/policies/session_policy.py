@@ -67,13 +67,14 @@ class SessionPolicy(SessionEstimates):
 
     def send_copy(
         self, copy_draft: Draft, max_depth: int, max_nodes: int, step_seconds: float | None, catch_up_seconds: float = 0.0,
+        reads_prompt: bool = False,
     ) -> bool:
         """Whether a hybrid session sends the copy drafter's draft this round rather than drafting
         with its model. The model's steps take `step_seconds` each, its first `catch_up_seconds`
-        more (what it has not read, spread over the session's rounds); None: it cannot
+        more (reads_prompt: the prompt's read, spread over the session's rounds); None: it cannot
         draft this round (it reads the prompt meanwhile), so the copy draft is weighed against
         plain decoding."""
         path = primary_path(copy_draft)
         if not path:
             return False
-        return self.rule.send_copy(self, copy_draft, path, max_depth, max_nodes, step_seconds, catch_up_seconds)
+        return self.rule.send_copy(self, copy_draft, path, max_depth, max_nodes, step_seconds, catch_up_seconds, reads_prompt)

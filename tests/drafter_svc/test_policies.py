@@ -35,7 +35,7 @@ def test_fixed_sends_the_whole_draft_length_and_drafts_every_step() -> None:
     assert policy.depth(session(0.01), CHAIN, PATH, 8, 8, 0.05, False) == 8
     assert policy.keep_drafting(session(0.01), Draft.point_masses([1, 2]), 8, 8, 1.0, 1.0, True)
     assert not policy.adaptive and not policy.prices_rounds
-    assert policy.send_copy(session(), CHAIN, PATH, 8, 8, 0.01, 0.0)
+    assert policy.send_copy(session(), CHAIN, PATH, 8, 8, 0.01, 0.0, False)
 
 
 def test_copy_confidence_sends_the_matched_length() -> None:
@@ -83,8 +83,8 @@ def test_auto_drafts_deep_when_acceptance_is_predicted_high_and_not_at_all_when_
 
 def test_auto_weighs_a_copy_against_plain_decoding_when_the_model_cannot_draft() -> None:
     policy = AutoPolicy()
-    assert policy.send_copy(session(0.99), CHAIN, PATH, 8, 8, None, 0.0)
-    assert not policy.send_copy(session(0.01), CHAIN, PATH, 8, 8, None, 0.0)
+    assert policy.send_copy(session(0.99), CHAIN, PATH, 8, 8, None, 0.0, False)
+    assert not policy.send_copy(session(0.01), CHAIN, PATH, 8, 8, None, 0.0, False)
 
 
 def test_the_registry_names_one_class_per_policy_and_learned_state_is_keyed_by_a_named_kind() -> None:
