@@ -71,9 +71,8 @@ class PricingPolicy(DraftLengthPolicy):
     ) -> bool:
         j = len(chain)
         step = session.step_cost(step_seconds)
-        # Paid by any draft (sunk once j > 0), and shared by the rounds left: declining leaves a
-        # plain round, after which the read is only longer (SessionEstimates.catch_up_cost).
-        first = session.catch_up_cost(catch_up_seconds, True, max_depth) if j == 0 else 0.0
+        # paid by any draft (sunk once j > 0)
+        first = session.catch_up_cost(catch_up_seconds, reads_prompt, max_depth) if j == 0 else 0.0
         # No probe that costs more than a plain round; nor one that reads a prompt left unread
         # because drafting would not pay: the read would not be shared.
         whole = session.step_cost(catch_up_seconds) if reads_prompt and session.prompt_unread else first

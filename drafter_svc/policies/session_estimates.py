@@ -105,15 +105,10 @@ class SessionEstimates:
         rounds = (self.max_new_tokens - self.emitted) / expected_tokens(self.session.alpha, max_depth)
         return 1.0 / max(1.0, rounds)
 
-    def catch_up_cost(self, catch_up_seconds: float, shared: bool, max_depth: int) -> float:
+    def catch_up_cost(self, catch_up_seconds: float, reads_prompt: bool, max_depth: int) -> float:
         """What a model drafter's first step costs this round beyond a step, in step_cost's units:
-        reading what it has not read (the prompt, or tokens emitted since it last drafted), whole,
-        or with `shared` this round's read_share of it. Shared where the choice is drafting or
-        a plain round: declining only lengthens the read the next model round pays (charged
-        whole, tokens a hybrid session's copies and plain rounds emitted piled up until its
-        model never drafted again: docs/design/draft-policy-rules.md). Whole against a copy
-        draft, unless it is the prompt's read: copies that go on winning never pay it."""
-        return self.step_cost(catch_up_seconds) * (self.read_share(max_depth) if shared else 1.0)
+        the tokens it catches up on, or with reads_prompt this round's read_share of the prompt."""
+        return self.step_cost(catch_up_seconds) * (self.read_share(max_depth) if reads_prompt else 1.0)
 
     def step_cost(self, step_seconds: float) -> float:
         """One model-drafter step of `step_seconds` in units of the next round's plain pass
