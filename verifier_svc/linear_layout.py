@@ -9,9 +9,10 @@ doubled into two columns, reads them about 2.5 times as fast. Over SmolLM2-135M'
 71.1 -> 17.8, 4 rows 61.4 -> 23.2, 8 rows 65.1 -> 40.1. Whole target passes after a 300-token
 cache: 1 token 56.3 -> 30.7 ms, 4 tokens 79.4 -> 40.9 ms, 8 tokens 84.5 -> 63.6 ms.
 
-Every output is the same dot product summed in another order: logits differ from F.linear's by
-float rounding (3-6e-5 on logits up to ~30 in the passes checked), as they already differ
-between pass sizes.
+Every output is the same dot product summed in another order (each product as close to float64
+as F.linear's): logits differ from F.linear's by float rounding, as they already differ between
+pass sizes, 3-6e-5 on logits up to ~30 in most passes checked, up to 4.4e-3 where the model
+amplifies it (a 4-token pass after 32 copies of one token, 2026-11-28).
 
 A pass of exactly one row (a plain decoding step) reads the weights faster still from a copy of
 W^T cut along its input dimension into one block per torch thread: a batched product of the

@@ -68,11 +68,12 @@ STATIC_ATTENTION = (GROUPED_SDPA, "sdpa", "eager")
 ONE_ROW_DTYPES = (torch.float32,)
 FLOAT32_COPY_DTYPES = (torch.bfloat16, torch.float16)
 COPIES_MEMORY_LEFT = 0.5
-# onnxruntime's step is checked at start on a 4-token pass after this many cached tokens, against
-# the model's forward: float rounding moves the default model's logits (up to ~30) by ~5e-5; a
-# wrong mask, position or layer moves them by whole units.
+# onnxruntime's step is checked at start on a prompt of this many tokens and a 4-token pass after
+# it, against the model's forward: float rounding moved the default model's logits (up to ~28) by
+# 5e-5 to 2.4e-3 on the CPUs measured (the order of the sums differs: 2026-11-28, an AMD EPYC);
+# a wrong mask, position or layer moves them by whole units.
 ONNX_CHECK_TOKENS = 32
-ONNX_CHECK_RTOL = 1e-4
+ONNX_CHECK_RTOL = 1e-3
 
 
 def available_memory_bytes() -> int | None:
@@ -220,10 +221,11 @@ class CpuBackend(GenericBackend):
 
     @torch.inference_mode()
     def _check_onnx(self, target: TargetModel) -> None:
-        with self._passes_in_torch():
-            cache = prefilled_cache(target, ONNX_CHECK_TOKENS)
-            expected = target.score(cache, [5], chain([6, 7, 8]))  # the model's forward
-            cache.truncate(ONNX_CHECK_TOKENS)
+        # The reference is the model's own forward over the whole sequence (transformers' code,
+        # F.linear), not a torch pass of this backend's: the weight-first layout rounds otherwise.
+        ids = [1] * ONNX_CHECK_TOKENS + [5, 6, 7, 8]
+        expected = self.model(torch.tensor([ids], device=self.model.device)).logits[0, -4:].float()
+        cache = prefilled_cache(target, ONNX_CHECK_TOKENS)  # its prompt through onnxruntime too
         onnx = self.onnx
         assert onnx is not None and onnx.fits(cache, ONNX_CHECK_TOKENS, 4)
         difference = (target.score(cache, [5], chain([6, 7, 8])) - expected).abs().max().item()
