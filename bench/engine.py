@@ -231,8 +231,9 @@ def report(args: argparse.Namespace, results: dict) -> str:
     lines.append("|---|---|" + "---|" * (n_max - 1))
     for batch, times in results["curve"].items():
         lines.append(f"| {batch} | {1000 * times[0]:.1f} | " + " | ".join(f"{t / times[0]:.2f}" for t in times[1:]) + " |")
-    onnx = "" if args.device != "cpu" or args.dtype != "float32" or args.quantization != "none" or args.no_onnx_passes else (
-        " (lone passes of a Llama in float32 run through onnxruntime: their parts by onnxruntime's profiler, the rest of the wall time between its kernels)")
+    onnx = (" (lone passes through onnxruntime: their parts by onnxruntime's profiler, the rest of the wall time between its kernels)" if results.get("onnx_passes")
+            else " (every pass in torch: onnxruntime's passes are off, for this model or by the verifier's start check)" if args.device == "cpu" and not args.no_onnx_passes
+            and args.dtype == "float32" and args.quantization == "none" else "")
     lines += ["", f"Per-pass breakdown (ms, lone session){onnx}:", "", "| part | " + " | ".join(f"n={n}" for n in results["breakdown"]) + " |"]
     lines.append("|---|" + "---|" * len(results["breakdown"]))
     parts = list(next(iter(results["breakdown"].values())))
@@ -256,7 +257,8 @@ def main(argv: Sequence[str]) -> int:
                                        cpu_float32_copies=not args.no_float32_copies))
     model = target.model
     results: dict = {"machine": describe(), "args": {k: str(v) for k, v in vars(args).items()}, "one_row": getattr(target.backend, "one_row", False),
-                     "float32_rows": getattr(target.backend, "float32_rows", False)}
+                     "float32_rows": getattr(target.backend, "float32_rows", False),
+                     "onnx_passes": getattr(target.backend, "onnx", None) is not None}  # kept after the verifier's start check
     bandwidth = read_bandwidth(args.device)
     weights = weight_bytes(model)
     results["floor"] = {"weight_mb": weights / 1e6, "read_gbs": bandwidth / 1e9, "ms": 1000 * weights / bandwidth}

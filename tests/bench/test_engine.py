@@ -73,7 +73,9 @@ def test_report_shows_floor_curve_and_breakdown() -> None:
     args.no_one_row_copies = True
     assert report(args, results).startswith("# Engine profile: default on cpu, float32, compiled lone passes, no one-row copies\n")
     args.cpu_compiled, args.no_one_row_copies, args.no_onnx_passes = False, False, False
-    assert "their parts by onnxruntime's profiler" in report(args, results)
+    assert "their parts by onnxruntime's profiler" in report(args, {**results, "onnx_passes": True})
+    # Asked for, but off (for the model, or by the verifier's start check): the table says so.
+    assert "(every pass in torch: onnxruntime's passes are off, for this model or by the verifier's start check)" in report(args, results)
     args.no_onnx_passes = True
     assert report(args, results).startswith("# Engine profile: default on cpu, float32, no onnxruntime passes\n")
     assert "their time counts" not in report(args, results)
