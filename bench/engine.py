@@ -158,7 +158,8 @@ def plain_decode_through_services(args: argparse.Namespace) -> dict[str, float]:
                 "--cpu-one-row-copies", str(not args.no_one_row_copies).lower(), "--cpu-float32-copies", str(not args.no_float32_copies).lower()]
     with tempfile.TemporaryDirectory() as logs, LocalCluster(Path(logs), verifier_args=verifier, drafter_args=["--drafter", "copy"]) as c:
         with grpc.insecure_channel(c.verifier.address) as channel:
-            price = verifier_pb2_grpc.VerifierStub(channel).GetModelInfo(verifier_pb2.GetModelInfoRequest(), timeout=10).price
+            info = verifier_pb2_grpc.VerifierStub(channel).GetModelInfo(verifier_pb2.GetModelInfoRequest(), timeout=10)
+        price = info.price
         with Client(c.address) as client:
             client.generate(prompt, max_new_tokens=8, num_draft_tokens=0, temperature=0.0)  # warm-up
             runs = [client.generate(prompt, max_new_tokens=args.decode_tokens, num_draft_tokens=0, temperature=0.0).stats for _ in range(3)]
@@ -170,6 +171,7 @@ def plain_decode_through_services(args: argparse.Namespace) -> dict[str, float]:
     return {
         "ms_per_token": 1000 * statistics.median(decode), "grpc_round_trip_ms": 1000 * statistics.median(network),
         "price": {"plain_ms": 1000 * price.plain_seconds, "node_cost": price.node_cost, "round_overhead": price.round_overhead},
+        "engine": info.engine,
     }
 
 
@@ -245,6 +247,8 @@ def report(args: argparse.Namespace, results: dict) -> str:
         price = results["price"]
         lines += ["", f"The round price the verifier published at start (ModelInfo.price): a plain pass {price['plain_ms']:.2f} ms; "
                       f"a drafted node {price['node_cost']:.3f} and a drafted round {price['round_overhead']:.3f} more plain passes."]
+    if results.get("services_engine"):
+        lines += ["", f"The services' verifier ran its passes as (ModelInfo.engine): {results['services_engine']}."]
     return "\n".join(lines)
 
 
@@ -275,6 +279,7 @@ def main(argv: Sequence[str]) -> int:
         results["services_ms"] = services["ms_per_token"]
         results["grpc_round_trip_ms"] = services["grpc_round_trip_ms"]
         results["price"] = services["price"]
+        results["services_engine"] = services["engine"]
     print(report(args, results))
     if args.json:
         args.json.write_text(json.dumps(results, indent=1, default=str))

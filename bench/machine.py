@@ -50,3 +50,14 @@ def describe() -> dict[str, object]:
         "specdec": _version("specdec"),
         "git_commit": git_commit(Path(__file__).resolve().parents[1]),
     }
+
+
+def verifier_engine(address: str) -> str:
+    """How the verifier at `address` runs its passes, as its ModelInfo says (the start-up checks
+    and tuning may have turned a path off: a report must say what ran)."""
+    import grpc
+
+    from specdec.v1 import verifier_pb2, verifier_pb2_grpc
+
+    with grpc.insecure_channel(address) as channel:
+        return verifier_pb2_grpc.VerifierStub(channel).GetModelInfo(verifier_pb2.GetModelInfoRequest(), timeout=10).engine

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import grpc
 
-from bench.machine import describe
+from bench.machine import describe, verifier_engine
 from bench.prompts import TASKS, Prompt, add_prompts_flag, load_bench_questions, select
 from bench.report import Record, Summary, decode_table, make_record, markdown_table, policy_table, summarize
 from bench.plots import acceptance_plot, speedup_plot
@@ -179,6 +179,8 @@ def _write(args: argparse.Namespace, argv: Sequence[str], started: datetime, ela
                     f"{', int8 weights' if args.quantization == 'int8' else ''}"
                     f"{''.join(f', verifier {arg}' for arg in args.verifier_arg)}, "
                     f"run took {elapsed:.0f} s")
+    if machine.get("verifier_engine"):  # what ran the passes, as the verifier's ModelInfo said
+        machine_line += f"\n\nverifier engine: {machine['verifier_engine']}"
     legend = ("tok/s: new tokens / wall seconds of one generate call (prefill included); "
               "columns explained in docs/benchmarks.md")
     notes = "".join(f"\n- warning: {w}" for w in warnings)
@@ -263,6 +265,7 @@ def main(argv: Sequence[str]) -> int:
     # (and the peers, which have no such cache, always pay it).
     verifier_args = ["--prefix-cache-tokens", "0", "--dtype", args.dtype, "--quantization", args.quantization, *args.verifier_arg]
     with LocalCluster(log_dir, verifier_args=verifier_args) as cluster, Client(cluster.address) as client:
+        machine["verifier_engine"] = verifier_engine(cluster.verifier.address)
         systems: list[System] = [SpecdecSystem(client, c) for c in configs]
         if args.peers:
             systems += _peers(args.assistant, args.dtype, args.quantization, skipped)

@@ -107,7 +107,7 @@ async def run(config: VerifierSettings) -> None:
         except Exception as error:  # noqa: BLE001 - the tokenizer or the warm-up round failed
             raise ModelNotServable(f"cannot serve model {config.model!r}: {one_line(error)}") from error
         servicer.set_ready(target, tokenizer)
-        log.info("model %s ready (context %d)", target.name, servicer.limits.context_length)
+        log.info("model %s ready (context %d): %s", target.name, servicer.limits.context_length, servicer.info.engine)
 
     try:
         await grpc_server.serve(

@@ -128,6 +128,7 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServicer):
             max_draft_tokens=self.max_draft_tokens,
             max_draft_depth=self.max_draft_depth,
             max_sessions=self.sessions.max_sessions,
+            engine=target.backend.engine(),
         )
         # The price starts from the lone and batched passes timed at start (server.load_target).
         self.scheduler.pass_price.seed(target.pass_seconds, target.pass_context_tokens, target.batched_pass_seconds)

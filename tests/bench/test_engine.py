@@ -64,6 +64,8 @@ def test_report_shows_floor_curve_and_breakdown() -> None:
     assert "| output head | 2.00 | 3.00 |" in text
     assert "gRPC round trip per round" in text
     assert "(ModelInfo.price): a plain pass 3.30 ms; a drafted node 0.012 and a drafted round 0.250 more" in text
+    assert "ModelInfo.engine" not in text
+    assert "\n\nThe services' verifier ran its passes as (ModelInfo.engine): cpu: torch.\n" in report(args, {**results, "services_engine": "cpu: torch"}) + "\n"
     assert text.startswith("# Engine profile: default on cpu, float32\n")
     assert "one-row copies kept" not in text
     assert "; one-row copies kept by the start-up timing\n" in report(args, {**results, "one_row": True})

@@ -43,6 +43,9 @@ def test_quick_bench_writes_table_json_and_plots(tmp_path: Path) -> None:
     assert overall["copy-k4"]["verification_rate"] <= 1.0
     text = md.read_text()
     assert "time to first token" in text and "hf-prompt-lookup" in text and all(p in text for p in pngs)
+    # What ran the verifier's passes, as its ModelInfo said (the default model on this CPU: onnxruntime).
+    assert f"\n\nverifier engine: {payload['machine']['verifier_engine']}\n" in text
+    assert "lone passes of up to 512 tokens through onnxruntime" in payload["machine"]["verifier_engine"]
 
 
 def test_prompts_come_from_the_flag_else_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -264,3 +264,17 @@ def test_tuning_frees_one_row_copies_it_does_not_keep(decision: str, monkeypatch
     monkeypatch.setattr("verifier_svc.backends.cpu.tune_pass_sizes", tune_pass_sizes)
     backend.tune(target, context_tokens=8, max_tokens=4, repeats=1)
     assert not backend.one_row and set(_copies(model)) == {None}
+
+
+def test_each_backend_says_what_runs_its_passes() -> None:
+    """engine(): ModelInfo.engine, what a report shows of the passes that ran (the CUDA backend's
+    words without graphs are checked here on CPU; with graphs, in test_cuda.py's runs)."""
+    from transformers import LlamaForCausalLM
+
+    model = LlamaForCausalLM(LlamaConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, vocab_size=64))
+    assert GenericBackend(model).engine() == f"generic: torch, {model.config._attn_implementation} attention"
+    assert CudaBackend(model, graphs=False).engine().startswith("cuda: torch, ") and CudaBackend(model, graphs=False).engine().endswith("; no CUDA graphs")
+    cpu = CpuBackend(model, one_row=False)
+    assert cpu.engine() == f"cpu: torch, {model.config._attn_implementation} attention, float32; every pass in torch; torch's linear layers weight first"
+    cpu.weight_first, cpu.onnx_off = False, "onnxruntime not installed"
+    assert cpu.engine().endswith("; every pass in torch (onnxruntime's passes off: onnxruntime not installed); torch's linear layers F.linear, padded to 4 rows")

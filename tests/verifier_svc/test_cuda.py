@@ -134,6 +134,7 @@ def test_graph_replays_give_the_eager_logits(target: TargetModel, tokenizer) -> 
     tokens) runs eagerly on both."""
     eager = TargetModel(target.model, target.name, graphs=False)
     assert target.backend.passes is not None and eager.backend.lone_pass(eager.new_cache(), 0, 1) is None
+    assert " slots replay CUDA graphs" in target.backend.engine() and eager.backend.engine().endswith("; no CUDA graphs")
     rng = random.Random(5)
     prompt = tokenizer.encode(" ".join(TEXT_PROMPTS))[:100]
     graphed, plain = target.new_cache(), eager.new_cache()

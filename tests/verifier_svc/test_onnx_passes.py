@@ -170,12 +170,14 @@ def test_a_step_that_differs_from_the_models_forward_is_turned_off_at_start(llam
     backend, onnx = target.backend, onnx_of(target)
     try:
         backend.prepare(target)
-        assert backend.onnx is onnx
+        assert backend.onnx is onnx and "; lone passes of up to 512 tokens through onnxruntime, the rest in torch; " in backend.engine()
         score = OnnxPasses.score
         monkeypatch.setattr(OnnxPasses, "score", lambda self, *args: score(self, *args) + 1.0)
         with caplog.at_level(logging.WARNING, logger="verifier_svc.backends.cpu"):
             backend.prepare(target)
         assert backend.onnx is None and "onnxruntime lone passes off: their logits differ from the model's forward by 1" in caplog.text
+        # ModelInfo.engine says so too.
+        assert "; every pass in torch (onnxruntime's passes off: their logits differed from the model's forward by 1 at start); " in backend.engine()
     finally:
         backend.onnx = onnx
 

@@ -204,6 +204,9 @@ def test_model_info_prices_a_first_round_from_the_passes_timed_at_start(target: 
         assert min(tuned.pass_seconds) / 1.5 < price.plain_seconds < 1.5 * max(tuned.pass_seconds)
         assert price.of(1) >= 1.0 and price.node_cost >= 0 and price.round_overhead >= 0
         assert (info.max_sessions, info.open_sessions) == (3, 0)
+        # What runs its passes, as tuning left it (this fixture's backend: torch's passes only).
+        assert info.engine == tuned.backend.engine(), (info.engine, tuned.backend.engine())
+        assert info.engine.startswith("cpu: torch, ") and "; every pass in torch; torch's linear layers " in info.engine
         untimed.set_ready(target, tokenizer)  # never timed (server.load_target times it): no price yet
         assert not asyncio.run(untimed.GetModelInfo(verifier_pb2.GetModelInfoRequest(), None)).price.plain_seconds
     finally:

@@ -58,6 +58,11 @@ class Backend(Protocol):
         """(passes recorded as device graphs, lone passes replayed from them) in this process."""
         ...
 
+    def engine(self) -> str:
+        """What runs the passes now, in words (ModelInfo.engine): the choices made at load and
+        kept by the start-up checks and tuning, so that a path turned off shows."""
+        ...
+
     def prepare(self, target: TargetModel) -> None:
         """Make, before the verifier serves, what its passes will need (CUDA: record graphs)."""
         ...

@@ -21,7 +21,7 @@ from verifier_svc.backends.compiled_layers import CompiledLayers
 from verifier_svc.backends.cpu_compiled import CompiledPassRunner, compiled_layers
 from verifier_svc.backends.cpu_tuning import keep_copies, tune_batched_layout, tune_pass_sizes
 from verifier_svc.backends.generic import GenericBackend
-from verifier_svc.backends.onnx_passes import OnnxPasses, default_store, missing_modules, served_layout
+from verifier_svc.backends.onnx_passes import MAX_TOKENS, OnnxPasses, default_store, missing_modules, served_layout
 from verifier_svc.backends.pass_timing import lone_sizes_seconds, prefilled_cache
 from verifier_svc.backends.stored_steps import StoredSteps
 from verifier_svc.kv_cache import KVCache
@@ -124,11 +124,13 @@ class CpuBackend(GenericBackend):
         self.one_row = self.float32_rows = False
         self.dtype = next(model.parameters()).dtype
         self.onnx: OnnxPasses | None = None
+        self.onnx_off = ""  # why onnxruntime's passes, asked for and fit for the model, are off (engine())
         missing = onnx_passes and missing_modules()
         if onnx_passes and compiled_passes:  # asked for by name: they take the lone passes
             log.info("onnxruntime lone passes: off with compiled passes")
         elif missing:
             log.info("onnxruntime lone passes: %s not installed (pip install 'specdec[verifier]'): passes run in torch", ", ".join(missing))
+            self.onnx_off = f"{', '.join(missing)} not installed"
         elif onnx_passes and not served_layout(model):
             log.info("onnxruntime lone passes: not for this model (%s, %s): its passes run in torch", type(model).__name__, self.dtype)
         elif onnx_passes and self._room_for("onnxruntime", 2 * linear_weight_bytes(model)):
@@ -179,6 +181,21 @@ class CpuBackend(GenericBackend):
 
     def kernels(self) -> contextlib.AbstractContextManager:
         return self.linear_switch.set(self.weight_first, self.one_row, self.float32_rows)
+
+    def engine(self) -> str:
+        if self.onnx is not None:
+            lone = f"lone passes of up to {MAX_TOKENS} tokens through onnxruntime, the rest in torch"
+        elif self.passes is not None:
+            lone = f"lone passes of sessions in {len(self.passes.slots)} slots compiled, the rest in torch"
+        else:
+            lone = "every pass in torch" + (f" (onnxruntime's passes off: {self.onnx_off})" if self.onnx_off else "")
+        rows = self.min_pass_tokens
+        copies = [name for name, kept in (("one-row", self.one_row), ("float32", self.float32_rows)) if kept]
+        return "; ".join([
+            f"{super().engine()}, {self.dtype}".replace("torch.", ""), lone,
+            f"torch's linear layers {'weight first' if self.weight_first else 'F.linear'}" + (f", padded to {rows} rows" if rows > 1 else ""),
+            *([f"{' and '.join(copies)} weight copies"] if copies else []),
+        ])
 
     def lone_pass(self, cache: KVCache, start: int, real: int) -> LonePass | None:
         """onnxruntime's step where it runs the pass; else None (an eager pass) for fewer tokens
@@ -231,7 +248,7 @@ class CpuBackend(GenericBackend):
         difference = (target.score(cache, [5], chain([6, 7, 8])) - expected).abs().max().item()
         if not difference <= ONNX_CHECK_RTOL * max(1.0, expected.abs().max().item()):
             log.warning("onnxruntime lone passes off: their logits differ from the model's forward by %.3g", difference)
-            self.onnx = None
+            self.onnx, self.onnx_off = None, f"their logits differed from the model's forward by {difference:.3g} at start"
 
     @torch.inference_mode()
     def tune(self, target: TargetModel, context_tokens: int, max_tokens: int, repeats: int) -> list[float]:

@@ -94,6 +94,12 @@ class CudaBackend(GenericBackend):
     def pass_counts(self) -> tuple[int, int]:
         return GraphRunner.recorded, GraphRunner.replays
 
+    def engine(self) -> str:
+        if self.passes is None:
+            return f"{super().engine()}; no CUDA graphs"
+        compiled = f", {type(self.compiled).__name__}" if self.compiled else ""
+        return f"{super().engine()}; lone passes of sessions in {len(self.passes.slots)} slots replay CUDA graphs{compiled}"
+
     def prepare(self, target: TargetModel) -> None:
         """Record every slot's graph of every shape (slots x sizes x key lengths: 160)."""
         if self.passes is not None:

@@ -47,6 +47,9 @@ class GenericBackend:
     def pass_counts(self) -> tuple[int, int]:
         return 0, 0
 
+    def engine(self) -> str:
+        return f"{self.kind}: torch, {self.model.config._attn_implementation} attention"
+
     def prepare(self, target: TargetModel) -> None:
         return None
 
