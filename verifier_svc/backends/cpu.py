@@ -192,7 +192,7 @@ class CpuBackend(GenericBackend):
         rows = self.min_pass_tokens
         copies = [name for name, kept in (("one-row", self.one_row), ("float32", self.float32_rows)) if kept]
         return "; ".join([
-            f"{super().engine()}, {self.dtype}".replace("torch.", ""), lone,
+            f"{super().engine()}, {str(self.dtype).removeprefix('torch.')}", lone,
             f"torch's linear layers {'weight first' if self.weight_first else 'F.linear'}" + (f", padded to {rows} rows" if rows > 1 else ""),
             *([f"{' and '.join(copies)} weight copies"] if copies else []),
         ])
