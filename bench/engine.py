@@ -37,7 +37,7 @@ from pathlib import Path
 import torch
 
 from bench.engine_parts import pass_breakdown
-from bench.machine import describe
+from bench.machine import describe, verifier_info
 from verifier_svc.backends.cuda import COMPILED
 from verifier_svc.int8_weights import QUANTIZATIONS, Int8Linear
 from verifier_svc.batched_pass import PassInput, score_batch
@@ -144,11 +144,8 @@ def plain_decode_through_services(args: argparse.Namespace) -> dict[str, float]:
     """ms/token after the first, and the drafter's gRPC round trip per round less the verifier's
     pass, of greedy plain decoding through a real verifier + drafter on loopback; and the round
     price the verifier published to drafters at start (ModelInfo.price: what it timed there)."""
-    import grpc
-
     from specdec.client import Client
     from specdec.launcher import LocalCluster
-    from specdec.v1 import verifier_pb2, verifier_pb2_grpc
 
     # A prompt whose greedy continuation runs past 128 tokens without an end token (a raw request
     # for a story makes the default model end at once).
@@ -157,8 +154,7 @@ def plain_decode_through_services(args: argparse.Namespace) -> dict[str, float]:
                 "--cuda-compiled", args.cuda_compiled, "--cpu-compiled-passes", str(args.cpu_compiled).lower(), "--cpu-onnx-passes", str(not args.no_onnx_passes).lower(),
                 "--cpu-one-row-copies", str(not args.no_one_row_copies).lower(), "--cpu-float32-copies", str(not args.no_float32_copies).lower()]
     with tempfile.TemporaryDirectory() as logs, LocalCluster(Path(logs), verifier_args=verifier, drafter_args=["--drafter", "copy"]) as c:
-        with grpc.insecure_channel(c.verifier.address) as channel:
-            info = verifier_pb2_grpc.VerifierStub(channel).GetModelInfo(verifier_pb2.GetModelInfoRequest(), timeout=10)
+        info = verifier_info(c.verifier.address)
         price = info.price
         with Client(c.address) as client:
             client.generate(prompt, max_new_tokens=8, num_draft_tokens=0, temperature=0.0)  # warm-up

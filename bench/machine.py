@@ -52,12 +52,13 @@ def describe() -> dict[str, object]:
     }
 
 
-def verifier_engine(address: str) -> str:
-    """How the verifier at `address` runs its passes, as its ModelInfo says (the start-up checks
-    and tuning may have turned a path off: a report must say what ran)."""
+
+def verifier_info(address: str):  # type: ignore[no-untyped-def]
+    """The verifier at `address`'s ModelInfo (verifier.proto): its price, and `engine`, how it
+    runs its passes once its start-up checks and tuning are done (a report must say what ran)."""
     import grpc
 
     from specdec.v1 import verifier_pb2, verifier_pb2_grpc
 
     with grpc.insecure_channel(address) as channel:
-        return verifier_pb2_grpc.VerifierStub(channel).GetModelInfo(verifier_pb2.GetModelInfoRequest(), timeout=10).engine
+        return verifier_pb2_grpc.VerifierStub(channel).GetModelInfo(verifier_pb2.GetModelInfoRequest(), timeout=10)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import grpc
 
-from bench.machine import describe, verifier_engine
+from bench.machine import describe, verifier_info
 from bench.prompts import TASKS, Prompt, add_prompts_flag, load_bench_questions, select
 from bench.report import Record, Summary, decode_table, make_record, markdown_table, policy_table, summarize
 from bench.plots import acceptance_plot, speedup_plot
@@ -265,7 +265,7 @@ def main(argv: Sequence[str]) -> int:
     # (and the peers, which have no such cache, always pay it).
     verifier_args = ["--prefix-cache-tokens", "0", "--dtype", args.dtype, "--quantization", args.quantization, *args.verifier_arg]
     with LocalCluster(log_dir, verifier_args=verifier_args) as cluster, Client(cluster.address) as client:
-        machine["verifier_engine"] = verifier_engine(cluster.verifier.address)
+        machine["verifier_engine"] = verifier_info(cluster.verifier.address).engine
         systems: list[System] = [SpecdecSystem(client, c) for c in configs]
         if args.peers:
             systems += _peers(args.assistant, args.dtype, args.quantization, skipped)
