@@ -223,13 +223,13 @@ class Scheduler:
                 log.exception("the pass hook failed")
         with self._cond:  # before the verdicts go out: their turnarounds start now
             self.planner.answered([w.session for w, _, error in results if error is None], time.perf_counter())
-        for w, verdict, error in results:
-            _resolve(w, result=None if error else (verdict, record), error=error)
-        # After the verdicts go out: refitting the price (a least-squares solve) then overlaps
-        # the round trip to the drafters instead of delaying it; a verdict's price is the fit
-        # before its own pass (readers see the old fit or the new one: pass_price.py).
+        # Before the verdicts go out, so that each verdict's price has its own pass in the fit.
+        # After them it gained nothing: the refit (a least-squares solve) holds the GIL that the
+        # event loop needs to send them, so they waited for it (docs/design/pass-cost.md).
         if max(len(p.pending) for _, p in ready) <= DECODE_MAX_PENDING:
             self.pass_price.observe(rows, slots, seconds, len(ready))
+        for w, verdict, error in results:
+            _resolve(w, result=None if error else (verdict, record), error=error)
 
     def price(self, context: int, shared: int) -> RoundPrice:
         """The price of a session's next round after `context` cached tokens, with `shared`

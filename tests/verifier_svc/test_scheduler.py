@@ -77,7 +77,7 @@ def run(open_sessions: int, rounds: list[list[int]], max_wait_s: float, max_batc
         s.stop()
     elapsed = time.perf_counter() - started
     assert s._worker is not None
-    s._worker.join(5)  # on_pass runs after the verdicts are released: let the last one finish
+    s._worker.join(5)  # the worker may still be finishing its last pass after the verdicts went out
     return results, passes, elapsed
 
 
