@@ -221,13 +221,13 @@ class Scheduler:
                 self.on_pass(record)
             except Exception:  # noqa: BLE001 - a broken hook (metrics) must not withhold the verdicts
                 log.exception("the pass hook failed")
-        with self._cond:  # before the verdicts go out: their turnarounds start now
-            self.planner.answered([w.session for w, _, error in results if error is None], time.perf_counter())
         # Before the verdicts go out, so that each verdict's price has its own pass in the fit.
         # After them it gained nothing: the refit (a least-squares solve) holds the GIL that the
         # event loop needs to send them, so they waited for it (docs/design/pass-cost.md).
         if max(len(p.pending) for _, p in ready) <= DECODE_MAX_PENDING:
             self.pass_price.observe(rows, slots, seconds, len(ready))
+        with self._cond:  # before the verdicts go out: their turnarounds start now
+            self.planner.answered([w.session for w, _, error in results if error is None], time.perf_counter())
         for w, verdict, error in results:
             _resolve(w, result=None if error else (verdict, record), error=error)
 
