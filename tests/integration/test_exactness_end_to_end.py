@@ -54,9 +54,10 @@ CASES = {
 TEMPERATURE, TOP_K = 0.8, 50
 SAMPLES = 2000
 # Requests in flight: the verifier scores their rounds in one batched pass, whose cost is mostly
-# reading the weights once (the tree case: 57 s at 4, 24 s at 20). A cancelled session closes a
-# little later, so the cluster allows more sessions than this.
-CONCURRENCY = 20
+# reading the weights once (the tree case: 57 s at 4, 24 s at 20; the three copy cases 119 s at
+# 20, 98 s at 32, 92 s at 48). A cancelled session closes a little later, so the cluster
+# allows more sessions than this.
+CONCURRENCY = 32
 ALPHA = 1e-4
 
 
