@@ -7,6 +7,10 @@ import platform
 import subprocess
 from importlib import metadata
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from specdec.v1 import verifier_pb2
 
 
 def _cpu_model() -> str:
@@ -52,8 +56,7 @@ def describe() -> dict[str, object]:
     }
 
 
-
-def verifier_info(address: str):  # type: ignore[no-untyped-def]
+def verifier_info(address: str) -> verifier_pb2.ModelInfo:
     """The verifier at `address`'s ModelInfo (verifier.proto): its price, and `engine`, how it
     runs its passes once its start-up checks and tuning are done (a report must say what ran)."""
     import grpc

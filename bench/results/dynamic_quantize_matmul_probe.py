@@ -7,11 +7,10 @@ Run on 2026-11-29 (onnxruntime 1.31.1, an AMD EPYC):
 Output: bench/results/dynamic_quantize_matmul_probe-20261129.txt (docs/design/int8-drafter.md)."""
 import numpy as np
 import onnx
-import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
-from matmul_chain import K, LAYERS, N, call_ms, chain
+from matmul_chain import K, LAYERS, N, call_ms, chain, session
 
 
 def dynamic_chain() -> onnx.ModelProto:
@@ -29,13 +28,6 @@ def dynamic_chain() -> onnx.ModelProto:
     model = helper.make_model(helper.make_graph(nodes, "g", io[:1], io[1:], inits), opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
     model.ir_version = 9
     return model
-
-
-def session(model: onnx.ModelProto) -> ort.InferenceSession:
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 2
-    options.add_session_config_entry("session.intra_op.allow_spinning", "1")
-    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
 def main() -> None:

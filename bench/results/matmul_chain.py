@@ -1,10 +1,12 @@
 """The graph the matmul probes time (matmul_rows_probe.py, matmul_transposed_probe.py,
-matmul_nbits_probe.py): LAYERS float32 products [K, N] chained, each output sliced back to K
-so that the chain continues; more weights (212 MB) than the caches hold."""
+matmul_nbits_probe.py, dynamic_quantize_matmul_probe.py): LAYERS float32 products [K, N]
+chained, each output sliced back to K so that the chain continues; more weights (212 MB) than
+the caches hold; and the session they run it in."""
 import time
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 LAYERS, K, N = 30, 576, 3072
@@ -28,6 +30,14 @@ def chain(transposed: bool = False) -> onnx.ModelProto:
     model = helper.make_model(helper.make_graph(nodes, "g", io[:1], io[1:], inits), opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 9
     return model
+
+
+def session(model: onnx.ModelProto) -> ort.InferenceSession:
+    """An onnxruntime CPU session over `model` on 2 threads, spinning between nodes."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 2
+    options.add_session_config_entry("session.intra_op.allow_spinning", "1")
+    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
 def call_ms(session, x: np.ndarray, calls: int = 20) -> float:  # type: ignore[no-untyped-def]

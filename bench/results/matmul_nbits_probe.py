@@ -9,7 +9,7 @@ import onnx
 import onnxruntime as ort
 from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
-from matmul_chain import K, LAYERS, N, call_ms, chain
+from matmul_chain import K, LAYERS, N, call_ms, chain, session
 
 SETTINGS = ((8, 32, 4), (8, 128, 4), (4, 32, 4), (4, 128, 4), (8, 32, 0))  # bits, block, accuracy level
 
@@ -17,10 +17,7 @@ SETTINGS = ((8, 32, 4), (8, 128, 4), (4, 32, 4), (4, 128, 4), (8, 32, 0))  # bit
 def quantized_session(base: onnx.ModelProto, bits: int, block: int, accuracy: int) -> ort.InferenceSession:
     quantizer = MatMulNBitsQuantizer(onnx.ModelProto.FromString(base.SerializeToString()), bits=bits, block_size=block, is_symmetric=True, accuracy_level=accuracy)
     quantizer.process()
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 2
-    options.add_session_config_entry("session.intra_op.allow_spinning", "1")
-    return ort.InferenceSession(quantizer.model.model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return session(quantizer.model.model)
 
 
 def main() -> None:

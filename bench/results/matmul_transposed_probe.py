@@ -5,19 +5,12 @@ of 3 blocks of 20 calls, the two layouts alternated. Run on 2026-11-28 (onnxrunt
     flock -x /tmp/specdec-cpu.lock python bench/results/matmul_transposed_probe.py
 Output: bench/results/matmul_transposed_probe-20261128.txt (docs/design/onnx-passes.md, "Not yet")."""
 import numpy as np
-import onnxruntime as ort
 
-from matmul_chain import K, LAYERS, N, call_ms, chain
-
-
-def session(transposed: bool) -> ort.InferenceSession:
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 2
-    return ort.InferenceSession(chain(transposed).SerializeToString(), options, providers=["CPUExecutionProvider"])
+from matmul_chain import K, LAYERS, N, call_ms, chain, session
 
 
 def main() -> None:
-    sessions = {"x @ W": session(False), "W^T @ x^T": session(True)}
+    sessions = {"x @ W": session(chain()), "W^T @ x^T": session(chain(transposed=True))}
     times: dict = {}
     for _ in range(3):
         for rows in (1, 2, 4, 8, 16):
