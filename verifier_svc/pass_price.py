@@ -15,9 +15,13 @@ slots: the cached entries its attention reads, summed over its rounds; a: what e
 (matrix-vector products) to any wider one; m: one more row through every layer; k: one more
 cached entry read by attention; c_s: a batched pass's rows grow cheaper as the products widen.
 Each curve is fitted by exponentially weighted least squares (recent passes count more) over
-pseudo-passes that never decay, timed at start (`seed`): lone passes of 1, 2, ... tokens, and
-batched passes of 2-32 rows (batched_pass_timing.py; where none were timed, the lone line's
-seconds stand in), so the fits start from this device and model, not from figures in code.
+pseudo-passes timed at start (`seed`): lone passes of 1, 2, ... tokens, and batched passes of
+2-32 rows (batched_pass_timing.py; where none were timed, the lone line's seconds stand in), so
+the fits start from this device and model, not from figures in code. The seeds decay with every
+pass their curve observes, as an observed pass does, down to SEED_FLOOR of their weight: a start
+beside a busy neighbour times every pass several times slower, and seeds that kept their weight
+would price the shapes service never shows (and, through the curve, the ones it does) from that
+moment for the life of the process; at the floor they still price those shapes.
 Each observed pass is clipped to [1 / CLIP, CLIP] times its curve's prediction before it
 enters: a shared host runs single passes several times slower now and then, and a burst of
 contention must not make drafting look ruinous, while a lasting change moves the fit within
@@ -55,6 +59,10 @@ from specdec.round_price import RoundPrice
 
 DECODE_MAX_PENDING = 16  # pending tokens of a round beyond which its pass counts as a prefill
 CLIP = 1.5  # an observed pass enters the fit clipped to [1 / CLIP, CLIP] times its prediction
+# The share of their weight the seed pseudo-passes keep however many passes are observed. Simulated
+# (2026-11-29, docs/design/pass-cost.md): batched passes seeded at 5x their cost, then 1,000 passes
+# of 2-8 rows at it, priced a pass of 8 rows 2.6x its cost with seeds that never decay, 1.1x at 0.02.
+SEED_FLOOR = 0.02
 TABLE_DECAY = 0.9  # a lone round's table entry keeps this much of itself at each pass of its size
 SLOT_UNIT = 1000.0  # the slots regressor's unit, keeping the normal equations well conditioned
 RIDGE = 1e-6  # keeps the normal equations solvable where the seeds leave a term undetermined
@@ -78,20 +86,22 @@ def shared_regressors(rows: int, slots: int) -> np.ndarray:
 
 class LineFit:
     """Seconds of a pass, linear in `regressors(rows, slots)` (the last one the slots): least
-    squares over never-decaying seed pseudo-passes and `decay`-weighted observed passes, every
-    term but the first kept >= 0."""
+    squares over seed pseudo-passes and `decay`-weighted observed passes (the seeds decaying with
+    them down to SEED_FLOOR of their weight), every term but the first kept >= 0."""
 
     def __init__(self, regressors: Regressors, decay: float) -> None:
         self.regressors = regressors
         self.decay = decay
         size = len(regressors(1, 0))
         self._seed_xx, self._seed_xt = np.zeros((size, size)), np.zeros(size)
+        self.seed_share = 1.0  # the seeds' weight now over their weight when seeded
         self._xx, self._xt = np.zeros((size, size)), np.zeros(size)
         self.fit: np.ndarray | None = None
 
     def seed(self, passes: Sequence[tuple[int, int, float, float]]) -> None:
         """Replace the seed by `passes`: (rows, slots, seconds, weight) each."""
         self._seed_xx, self._seed_xt = np.zeros_like(self._seed_xx), np.zeros_like(self._seed_xt)
+        self.seed_share = 1.0
         for rows, slots, seconds, weight in passes:
             x = self.regressors(rows, slots)
             self._seed_xx += weight * np.outer(x, x)
@@ -106,19 +116,20 @@ class LineFit:
         x = self.regressors(rows, slots)
         self._xx = self.decay * self._xx + np.outer(x, x)
         self._xt = self.decay * self._xt + seconds * x
+        self.seed_share = max(SEED_FLOOR, self.seed_share * self.decay)
         self._solve()
 
     def _solve(self) -> None:
         """Least squares with the terms after the first kept >= 0: a term the data would make
         negative (noisy timings: a wider pass measured faster) is dropped and the rest refitted,
         so the others still fit what was measured."""
-        xx = self._seed_xx + self._xx
+        xx = self.seed_share * self._seed_xx + self._xx
         size = len(xx)
         scale = max(float(np.trace(xx)), 1e-12)
         ridge = np.zeros(size)
         ridge[-1] = SLOT_RIDGE
         a = xx + RIDGE * scale * np.eye(size) + np.diag(ridge)
-        b = self._seed_xt + self._xt
+        b = self.seed_share * self._seed_xt + self._xt
         free = list(range(size))
         while True:
             solution = np.linalg.solve(a[np.ix_(free, free)], b[free])

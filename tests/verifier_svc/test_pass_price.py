@@ -165,6 +165,37 @@ def test_lone_and_shared_passes_are_priced_by_their_own_engines() -> None:
     assert model.price(256, shared=4).node_cost == pytest.approx(model.shared_row_seconds(8, 1024) / (0.060 / 4), rel=0.01)
 
 
+def test_a_start_beside_a_busy_neighbour_is_unlearned_in_service() -> None:
+    """Batched passes timed at start 5x their cost (a neighbour loading the cores) seed the
+    shared curve; passes of 2-8 rows at their cost then bring the price of those passes, and of
+    a node in them, to what they cost, though the seeds' 16 and 32 rows are never observed."""
+    rng = np.random.default_rng(0)
+    cost = lambda rows: 0.040 + 0.003 * rows  # noqa: E731
+    model = PassPriceModel()
+    model.seed(LONE, 128, [(rows, 256, 5 * cost(rows)) for rows in (2, 4, 8, 16, 32)])
+    assert model.seconds(8, 256, rounds=2) == pytest.approx(5 * cost(8), rel=0.1)
+    for _ in range(400):
+        rows = int(rng.choice([2, 3, 4, 6, 8]))
+        model.observe(rows, 256, cost(rows) * rng.uniform(0.95, 1.1), rounds=2)
+    for rows in (2, 4, 8):
+        assert model.seconds(rows, 256, rounds=2) == pytest.approx(cost(rows), rel=0.2)
+    assert model.shared_row_seconds(4, 256) < 2 * 0.003
+
+
+def test_seeds_still_price_what_service_never_shows() -> None:
+    """After thousands of plain passes the seeds, at their floor, still tell a drafted round's
+    jump and its nodes' cost from a plain pass's."""
+    model = PassPriceModel()
+    model.seed(LONE, 128)
+    seeded = model.price(128)
+    for _ in range(3000):
+        model.observe(1, 128, LONE[0])
+    price = model.price(128)
+    assert price.plain_seconds == pytest.approx(seeded.plain_seconds, rel=0.02)
+    assert price.node_cost == pytest.approx(seeded.node_cost, rel=0.1)
+    assert price.round_overhead == pytest.approx(seeded.round_overhead, rel=0.1)
+
+
 def test_without_timed_batched_passes_the_lone_line_stands_in() -> None:
     model = PassPriceModel()
     model.seed(LONE, 128)
