@@ -3,12 +3,13 @@
 
 A device may run batched passes in another engine than lone ones (on CPU, torch's against
 onnxruntime's), so their seconds are measured, not inferred from the lone passes'. A start beside
-a busy neighbour must not seed the price with passes many times their cost (the soak's
-restarted verifiers, beside one serving four clients on the same 2 cores, timed a 2-row pass at
-2.1-3.2 s, a quiet start at 45 ms): one untimed pass first (a first call's set-up is not a
-pass's cost), then the shapes in sweeps, each shape's minimum kept, sweeps after the first only
-within TIMING_BUDGET_SECONDS, and a shape never priced above a larger one. What a busy start
-still gets wrong, service corrects: the seeds decay as passes are observed (pass_price.py).
+a busy neighbour must not seed the price with passes many times their cost (in a soak, verifiers
+started beside one serving four clients on the same 2 cores timed a 2-row pass at 2.1-3.2 s, a
+quiet start at 45 ms: docs/design/pass-cost.md): one untimed pass first (a first call's set-up
+is not a pass's cost), then the shapes in sweeps, each shape's minimum kept, sweeps after the
+first only within TIMING_BUDGET_SECONDS, and a shape never priced above a larger one. What a
+busy start still gets wrong, service corrects: the seeds decay as passes are observed
+(pass_price.py).
 """
 
 from __future__ import annotations

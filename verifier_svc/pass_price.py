@@ -61,7 +61,8 @@ DECODE_MAX_PENDING = 16  # pending tokens of a round beyond which its pass count
 CLIP = 1.5  # an observed pass enters the fit clipped to [1 / CLIP, CLIP] times its prediction
 # The share of their weight the seed pseudo-passes keep however many passes are observed. Simulated
 # (2026-11-29, docs/design/pass-cost.md): batched passes seeded at 5x their cost, then 1,000 passes
-# of 2-8 rows at it, priced a pass of 8 rows 2.6x its cost with seeds that never decay, 1.1x at 0.02.
+# of 2-8 rows at their cost, priced a pass of 8 rows at 2.6x its cost with seeds that never decay,
+# at 1.1x with this floor.
 SEED_FLOOR = 0.02
 TABLE_DECAY = 0.9  # a lone round's table entry keeps this much of itself at each pass of its size
 SLOT_UNIT = 1000.0  # the slots regressor's unit, keeping the normal equations well conditioned
