@@ -95,14 +95,14 @@ class LineFit:
         self.decay = decay
         size = len(regressors(1, 0))
         self._seed_xx, self._seed_xt = np.zeros((size, size)), np.zeros(size)
-        self.seed_share = 1.0  # the seeds' weight now over their weight when seeded
+        self._seed_share = 1.0  # the seeds' weight now over their weight when seeded
         self._xx, self._xt = np.zeros((size, size)), np.zeros(size)
         self.fit: np.ndarray | None = None
 
     def seed(self, passes: Sequence[tuple[int, int, float, float]]) -> None:
         """Replace the seed by `passes`: (rows, slots, seconds, weight) each."""
         self._seed_xx, self._seed_xt = np.zeros_like(self._seed_xx), np.zeros_like(self._seed_xt)
-        self.seed_share = 1.0
+        self._seed_share = 1.0
         for rows, slots, seconds, weight in passes:
             x = self.regressors(rows, slots)
             self._seed_xx += weight * np.outer(x, x)
@@ -117,20 +117,20 @@ class LineFit:
         x = self.regressors(rows, slots)
         self._xx = self.decay * self._xx + np.outer(x, x)
         self._xt = self.decay * self._xt + seconds * x
-        self.seed_share = max(SEED_FLOOR, self.seed_share * self.decay)
+        self._seed_share = max(SEED_FLOOR, self._seed_share * self.decay)
         self._solve()
 
     def _solve(self) -> None:
         """Least squares with the terms after the first kept >= 0: a term the data would make
         negative (noisy timings: a wider pass measured faster) is dropped and the rest refitted,
         so the others still fit what was measured."""
-        xx = self.seed_share * self._seed_xx + self._xx
+        xx = self._seed_share * self._seed_xx + self._xx
         size = len(xx)
         scale = max(float(np.trace(xx)), 1e-12)
         ridge = np.zeros(size)
         ridge[-1] = SLOT_RIDGE
         a = xx + RIDGE * scale * np.eye(size) + np.diag(ridge)
-        b = self.seed_share * self._seed_xt + self._xt
+        b = self._seed_share * self._seed_xt + self._xt
         free = list(range(size))
         while True:
             solution = np.linalg.solve(a[np.ix_(free, free)], b[free])
