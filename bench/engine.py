@@ -68,6 +68,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--no-onnx-passes", action="store_true", help="on CPU, every pass in torch (the verifier's --cpu-onnx-passes false)")
     p.add_argument("--no-one-row-copies", action="store_true", help="on CPU, no one-row copies of the linear weights (the verifier's --cpu-one-row-copies false)")
     p.add_argument("--no-float32-copies", action="store_true", help="on CPU in bfloat16, no float32 copies of the linear weights (the verifier's --cpu-float32-copies false)")
+    p.add_argument("--no-onednn-copies", action="store_true", help="on CPU in float32, no oneDNN copies of the linear weights (the verifier's --cpu-onednn-copies false)")
     p.add_argument("--json", type=Path, default=None, help="also write the results here")
     return p.parse_args(argv)
 
@@ -152,7 +153,8 @@ def plain_decode_through_services(args: argparse.Namespace) -> dict[str, float]:
     prompt = "Once upon a time, in a lighthouse on a rocky island far from the coast, there lived an old keeper who"
     verifier = ["--model", args.model, "--device", args.device, "--dtype", args.dtype, "--quantization", args.quantization, "--cuda-graphs", str(not args.no_graphs).lower(),
                 "--cuda-compiled", args.cuda_compiled, "--cpu-compiled-passes", str(args.cpu_compiled).lower(), "--cpu-onnx-passes", str(not args.no_onnx_passes).lower(),
-                "--cpu-one-row-copies", str(not args.no_one_row_copies).lower(), "--cpu-float32-copies", str(not args.no_float32_copies).lower()]
+                "--cpu-one-row-copies", str(not args.no_one_row_copies).lower(), "--cpu-float32-copies", str(not args.no_float32_copies).lower(),
+                "--cpu-onednn-copies", str(not args.no_onednn_copies).lower()]
     with tempfile.TemporaryDirectory() as logs, LocalCluster(Path(logs), verifier_args=verifier, drafter_args=["--drafter", "copy"]) as c:
         info = verifier_info(c.verifier.address)
         price = info.price
@@ -201,7 +203,7 @@ def device_options(args: argparse.Namespace) -> str:
     passes on, weight copies off."""
     if args.device == "cpu":
         return (", int8 weights" if args.quantization == "int8" else "") + (", compiled lone passes" if args.cpu_compiled else "") + (", no onnxruntime passes" if args.no_onnx_passes else "") + (", no one-row copies" if args.no_one_row_copies else "") + (
-            ", no float32 copies" if args.no_float32_copies else "")
+            ", no float32 copies" if args.no_float32_copies else "") + (", no oneDNN copies" if args.no_onednn_copies else "")
     return ", CUDA graphs off" if args.no_graphs else f", graphs with {args.cuda_compiled} compiled"
 
 
@@ -213,7 +215,8 @@ def report(args: argparse.Namespace, results: dict) -> str:
         f"machine: {results['machine']['cpu_model']}, {results['machine']['usable_cpus']} usable CPUs, torch {results['machine']['torch']}, "
         f"commit {results['machine']['git_commit']}; {args.context} cached tokens a session; medians of {args.repeats}"
         + ("; one-row copies kept by the start-up timing" if results.get("one_row") else "")
-        + ("; float32 copies kept by the start-up timing" if results.get("float32_rows") else ""),
+        + ("; float32 copies kept by the start-up timing" if results.get("float32_rows") else "")
+        + (f"; oneDNN copies read from {results['onednn_min_rows']} rows by the start-up timing" if results.get("onednn_min_rows") else ""),
         "",
         "| quantity | ms/token | tok/s | / floor |",
         "|---|---|---|---|",
@@ -254,10 +257,10 @@ def main(argv: Sequence[str]) -> int:
     # Loaded, warmed and tuned as the verifier service does it.
     target, _ = load_target(VerifierSettings(model=args.model, device=args.device, dtype=args.dtype, quantization=args.quantization, cuda_graphs=not args.no_graphs, cuda_compiled=args.cuda_compiled,
                                        cpu_compiled_passes=args.cpu_compiled, cpu_onnx_passes=not args.no_onnx_passes, cpu_one_row_copies=not args.no_one_row_copies,
-                                       cpu_float32_copies=not args.no_float32_copies))
+                                       cpu_float32_copies=not args.no_float32_copies, cpu_onednn_copies=not args.no_onednn_copies))
     model = target.model
     results: dict = {"machine": describe(), "args": {k: str(v) for k, v in vars(args).items()}, "one_row": getattr(target.backend, "one_row", False),
-                     "float32_rows": getattr(target.backend, "float32_rows", False),
+                     "float32_rows": getattr(target.backend, "float32_rows", False), "onednn_min_rows": getattr(target.backend, "onednn_min_rows", 0),
                      "onnx_passes": getattr(target.backend, "onnx", None) is not None}  # kept after the verifier's start check
     bandwidth = read_bandwidth(args.device)
     weights = weight_bytes(model)

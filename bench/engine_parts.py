@@ -31,10 +31,10 @@ from verifier_svc.token_tree import chain
 
 # torch ops whose self time is a matrix product of the linear layers (F.linear lowers to addmm
 # or mm; the weight-first layout calls mm itself, a one-row product from a one-row copy bmm,
-# int8 weights _weight_int8pack_mm).
+# int8 weights _weight_int8pack_mm, packed copies mkldnn::_linear_pointwise).
 LINEAR_OPS = (
     "aten::mm", "aten::addmm", "aten::bmm", "aten::linear", "aten::matmul", "aten::_mkldnn_linear", "aten::mkldnn_linear",
-    "aten::_weight_int8pack_mm",
+    "aten::_weight_int8pack_mm", "mkldnn::_linear_pointwise",
 )
 ATTENTION_MARKERS = ("scaled_dot_product", "flash_attention", "efficient_attention", "cudnn_attention")
 

@@ -32,15 +32,15 @@ weights, bfloat16 F.linear against the float32 copy weight first, ms (one run): 
 65.3, 2 rows 41.4 / 71.9, 4 rows 74.7 / 73.2, 8 rows 147.6 / 94.5, 64 rows 1,081 / 242
 (docs/design/float32-copies.md).
 
-Products of several rows run fastest from a copy of each float32 weight packed in oneDNN's
-blocked layout (`packed_copies`, the layout inductor's freezing gives linear layers where torch
-has no MKL): on the 2-core AMD EPYC, where torch's MKL runs few-row products at ~75 GFLOP/s,
-the 211 weights take (ms, one run; weight first / F.linear / packed) 46 / 59 / 29 for 8 rows,
+Products of several rows run fastest from a copy of each float32 weight reordered into oneDNN's
+blocked layout (`onednn_copies`), multiplied by torch's own oneDNN linear op (torch.ops.mkldnn,
+what inductor's CPU weight prepacking calls): on the 2-core AMD EPYC, where torch's MKL runs few-row products at ~75 GFLOP/s,
+the 211 weights take (ms, one run; weight first / F.linear / oneDNN) 46 / 59 / 29 for 8 rows,
 56-68 / 77-83 / 34-39 for 16, 152 / 180 / 102 for 64, but 2 rows 21 / 77 / 30; a batched pass of
-16 sessions' one-token rounds 119 -> 89 ms (docs/design/packed-weights.md). The products sum in
+16 sessions' one-token rounds 119-147 -> 89-100 ms (docs/design/onednn-copies.md). The products sum in
 another order (logits 3-7e-5 from the other layouts'). Made for float32 weights where memory
 allows; the CPU backend times passes with and without them at start and sets the fewest rows
-that read them (`LinearSwitch.packed_min_rows`, 0: none).
+that read them (`LinearSwitch.onednn_min_rows`, 0: none).
 
 Another CPU may rank the layouts the other way (a 2-core Intel Xeon with AMX, 2026-11-28: 2 rows
 25.8 ms through F.linear against 60.7 weight first), which is why the CPU backend times both at
@@ -108,50 +108,50 @@ def float32_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
     return torch.nn.functional.linear(wide, weight, wide_bias).to(x.dtype)
 
 
-def packed_copy(weight: torch.Tensor) -> torch.Tensor:
+def onednn_copy(weight: torch.Tensor) -> torch.Tensor:
     """`weight` [out, in] reordered into oneDNN's blocked layout for linear products (an opaque
-    tensor that only packed_linear reads)."""
+    tensor that only onednn_linear reads)."""
     return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None)
 
 
-def packed_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """F.linear(x, weight, bias) from packed_copy(weight): oneDNN's product."""
-    return torch.ops.mkldnn._linear_pointwise(x.contiguous(), packed, bias, "none", [], "")
+def onednn_linear(x: torch.Tensor, copy: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """F.linear(x, weight, bias) from onednn_copy(weight): oneDNN's product."""
+    return torch.ops.mkldnn._linear_pointwise(x.contiguous(), copy, bias, "none", [], "")
 
 
-def can_pack(weight: torch.Tensor) -> bool:
-    """Whether packed copies of `weight` can be made here: a float32 CPU tensor and oneDNN built in."""
+def onednn_ready(weight: torch.Tensor) -> bool:
+    """Whether oneDNN copies of `weight` can be made here: a float32 CPU tensor and oneDNN built in."""
     return weight.dtype == torch.float32 and weight.device.type == "cpu" and torch.backends.mkldnn.is_available()
 
 
 class LinearSwitch:
     """Whether the model's switchable linear layers run weight first now, whether a one-row
     product reads their one-row copies, whether a product of FLOAT32_MIN_ROWS rows or more reads
-    their float32 copies, and from how many rows a product reads their packed copies (0: none)
+    their float32 copies, and from how many rows a product reads their oneDNN copies (0: none)
     (all off between passes)."""
 
     def __init__(self) -> None:
         self.weight_first = False
         self.one_row = False
         self.float32_rows = False
-        self.packed_min_rows = 0
+        self.onednn_min_rows = 0
 
     @contextlib.contextmanager
-    def set(self, weight_first: bool, one_row: bool = False, float32_rows: bool = False, packed_min_rows: int = 0) -> Iterator[None]:
+    def set(self, weight_first: bool, one_row: bool = False, float32_rows: bool = False, onednn_min_rows: int = 0) -> Iterator[None]:
         """Run the layers weight first (or not), one-row products from the one-row copies,
         products of FLOAT32_MIN_ROWS rows or more from the float32 copies and products of
-        packed_min_rows rows or more (0: none) from the packed copies where made, for the span of
+        onednn_min_rows rows or more (0: none) from the oneDNN copies where made, for the span of
         one pass. Passes run on one thread."""
-        previous = self.weight_first, self.one_row, self.float32_rows, self.packed_min_rows
-        self.weight_first, self.one_row, self.float32_rows, self.packed_min_rows = weight_first, one_row, float32_rows, packed_min_rows
+        previous = self.weight_first, self.one_row, self.float32_rows, self.onednn_min_rows
+        self.weight_first, self.one_row, self.float32_rows, self.onednn_min_rows = weight_first, one_row, float32_rows, onednn_min_rows
         try:
             yield
         finally:
-            self.weight_first, self.one_row, self.float32_rows, self.packed_min_rows = previous
+            self.weight_first, self.one_row, self.float32_rows, self.onednn_min_rows = previous
 
 
 class SwitchableLinear(torch.nn.Linear):
-    """nn.Linear that computes the switch's packed_min_rows rows or more from its packed copy
+    """nn.Linear that computes the switch's onednn_min_rows rows or more from its oneDNN copy
     where it has one; else FLOAT32_MIN_ROWS rows or more from its float32 copy where it has one
     and the switch says so; else weight first while the switch says so, for up to
     MAX_WEIGHT_FIRST_ROWS rows, and one row from its one-row copy where it has one."""
@@ -159,13 +159,13 @@ class SwitchableLinear(torch.nn.Linear):
     switch: LinearSwitch
     one_row_weight: torch.Tensor | None = None
     float32_weight: torch.Tensor | None = None
-    packed_weight: torch.Tensor | None = None
+    onednn_weight: torch.Tensor | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         size = x.numel()
-        packed_from = self.switch.packed_min_rows
-        if packed_from and self.packed_weight is not None and size >= packed_from * self.in_features:
-            return packed_linear(x, self.packed_weight, self.bias)
+        onednn_from = self.switch.onednn_min_rows
+        if onednn_from and self.onednn_weight is not None and size >= onednn_from * self.in_features:
+            return onednn_linear(x, self.onednn_weight, self.bias)
         if self.switch.float32_rows and self.float32_weight is not None and size >= FLOAT32_MIN_ROWS * self.in_features:
             return float32_linear(x, self.float32_weight, self.bias)
         if self.switch.weight_first and size <= MAX_WEIGHT_FIRST_ROWS * self.in_features:
@@ -235,21 +235,21 @@ def drop_float32_copies(model: torch.nn.Module) -> None:
 
 
 @torch.no_grad()
-def packed_copies(model: torch.nn.Module) -> int:
-    """Give each switchable linear layer whose weight can_pack a packed copy (layers sharing a
+def onednn_copies(model: torch.nn.Module) -> int:
+    """Give each switchable linear layer whose weight onednn_ready a oneDNN copy (layers sharing a
     weight share its copy); returns the bytes made (the weights' own size)."""
     made: dict[int, torch.Tensor] = {}
     for layer in switchable_layers(model):
         key = id(layer.weight)
-        if can_pack(layer.weight):
+        if onednn_ready(layer.weight):
             if key not in made:
-                made[key] = packed_copy(layer.weight)
-            layer.packed_weight = made[key]
-    weights = {id(layer.weight): layer.weight for layer in switchable_layers(model) if layer.packed_weight is not None}
+                made[key] = onednn_copy(layer.weight)
+            layer.onednn_weight = made[key]
+    weights = {id(layer.weight): layer.weight for layer in switchable_layers(model) if layer.onednn_weight is not None}
     return sum(w.numel() * w.element_size() for w in weights.values())
 
 
-def drop_packed_copies(model: torch.nn.Module) -> None:
-    """Free the layers' packed copies."""
+def drop_onednn_copies(model: torch.nn.Module) -> None:
+    """Free the layers' oneDNN copies."""
     for layer in switchable_layers(model):
-        layer.packed_weight = None
+        layer.onednn_weight = None

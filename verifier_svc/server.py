@@ -56,6 +56,7 @@ def load_target(config: VerifierSettings) -> tuple[TargetModel, Tokenizer]:
         model, name=served_name(config.model), graphs=config.cuda_graphs, cuda_compiled=config.cuda_compiled,
         compiled_passes=config.cpu_compiled_passes, compiled_store=store_folder(config.cpu_compiled_pass_store),
         one_row_copies=config.cpu_one_row_copies, float32_copies=config.cpu_float32_copies, onnx_passes=config.cpu_onnx_passes,
+        onednn_copies=config.cpu_onednn_copies,
     )
     tokenizer = Tokenizer(folder)
     limits = Limits(max_draft_tokens=3, max_draft_depth=2, context_length=target.context_length)

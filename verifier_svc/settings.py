@@ -69,6 +69,10 @@ class VerifierSettings:
         default=True,
         metadata={"group": "performance", "help": "on CPU in bfloat16 or float16, keep a float32 copy of the linear weights for products of 4 rows or more (speculation's rounds, batched passes, prefills), which this CPU runs faster in float32; plain decoding keeps the narrow weights; only the summation order changes; made only where at least half the available memory stays free, and, where pass sizes are tuned without compiled passes, kept only where start-up timing finds 8-token passes faster (adds twice the narrow linear weights' memory; linear_layout.py)"},
     )
+    cpu_onednn_copies: bool = field(
+        default=True,
+        metadata={"group": "performance", "help": "on CPU in float32, keep a copy of the linear weights packed in oneDNN's layout for products of several rows (batched passes, speculative rounds and prompts run in torch), which this CPU's MKL runs slowly; made at start-up tuning where at least half the available memory stays free, and kept from the fewest rows (2-16) whose passes it runs faster (the linear weights' memory again; linear_layout.py)"},
+    )
     cpu_onnx_passes: bool = field(
         default=True,
         metadata={"group": "performance", "help": "on CPU, run lone passes of up to 512 tokens (plain decoding steps, speculative rounds, a session's prompt) through onnxruntime, over a graph exported from the served model at start (float32 Llama-layout models; others run in torch as before); its own copy of the weights, the caches shared in place; checked against the model's forward at start and turned off with a warning where it differs; off with --cpu-compiled-passes (backends/onnx_passes.py)"},

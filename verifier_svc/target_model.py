@@ -27,6 +27,7 @@ class TargetModel:
     def __init__(
         self, model: PreTrainedModel, name: str, graphs: bool = True, cuda_compiled: str = "layers", compiled_passes: bool = False,
         one_row_copies: bool = True, compiled_store: Path | None = None, float32_copies: bool = True, onnx_passes: bool = False,
+        onednn_copies: bool = True,
     ) -> None:
         """`graphs`: let the backend replay lone passes as recorded graphs where it can (CUDA);
         `cuda_compiled`: record them with the model's decoder layers compiled ("layers"), its
@@ -37,7 +38,9 @@ class TargetModel:
         `float32_copies`: on CPU, let products of 4 rows or more read float32 copies of bfloat16
         or float16 linear weights;
         `onnx_passes`: on CPU, run lone passes of a few tokens through onnxruntime where the model
-        allows (backends/onnx_passes.py)."""
+        allows (backends/onnx_passes.py);
+        `onednn_copies`: on CPU, let tuning give float32 products of several rows oneDNN copies
+        of the linear weights where they pay."""
         self.model = model
         self.name = name
         self.device = next(model.parameters()).device
@@ -47,7 +50,7 @@ class TargetModel:
         self.layers = layer_windows(model.config)
         # What only this device kind needs (kernels, layouts, padding, tuning): backends/.
         self.backend: Backend = backend_for(
-            model, graphs, cuda_compiled, compiled_passes, one_row_copies, compiled_store, float32_copies, onnx_passes
+            model, graphs, cuda_compiled, compiled_passes, one_row_copies, compiled_store, float32_copies, onnx_passes, onednn_copies
         )
         # pass_tokens[r - 1]: the tokens a lone pass of r real tokens runs with (padding the
         # rest); past its end, r itself.

@@ -46,7 +46,7 @@ def test_weight_bytes_of_int8_weights_are_their_values_and_scales() -> None:
 
 def test_report_shows_floor_curve_and_breakdown() -> None:
     args = argparse.Namespace(model="default", device="cpu", dtype="float32", context=256, repeats=5, no_graphs=False, cuda_compiled="layers", cpu_compiled=False, no_onnx_passes=False,
-                              no_one_row_copies=False, no_float32_copies=False, quantization="none")
+                              no_one_row_copies=False, no_float32_copies=False, no_onednn_copies=False, quantization="none")
     results = {
         "machine": {"cpu_model": "test cpu", "usable_cpus": 2, "torch": "2.13.0", "git_commit": "abc"},
         "floor": {"weight_mb": 538.0, "read_gbs": 48.0, "ms": 11.2},
@@ -70,6 +70,7 @@ def test_report_shows_floor_curve_and_breakdown() -> None:
     assert "one-row copies kept" not in text
     assert "; one-row copies kept by the start-up timing\n" in report(args, {**results, "one_row": True})
     assert "; float32 copies kept by the start-up timing\n" in report(args, {**results, "float32_rows": True})
+    assert "; oneDNN copies read from 4 rows by the start-up timing\n" in report(args, {**results, "onednn_min_rows": 4})
     args.cpu_compiled = True
     assert report(args, results).startswith("# Engine profile: default on cpu, float32, compiled lone passes\n")
     args.no_one_row_copies = True
@@ -84,7 +85,8 @@ def test_report_shows_floor_curve_and_breakdown() -> None:
     args.dtype, args.no_onnx_passes, args.no_float32_copies = "bfloat16", False, True
     assert report(args, results).startswith("# Engine profile: default on cpu, bfloat16, no float32 copies\n")
     assert "their time counts" not in report(args, results)
-    args.dtype = "float32"
+    args.dtype, args.no_float32_copies, args.no_onednn_copies = "float32", False, True
+    assert report(args, results).startswith("# Engine profile: default on cpu, float32, no oneDNN copies\n")
     args.device, args.no_graphs = "cuda", True
     assert report(args, results).startswith("# Engine profile: default on cuda, float32, CUDA graphs off\n")
     args.no_graphs, args.cuda_compiled = False, "blocks"

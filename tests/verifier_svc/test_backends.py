@@ -191,8 +191,8 @@ def test_a_burst_on_the_other_choice_does_not_keep_weight_copies(keep) -> None: 
     assert not keep(lambda turn, copies: 0.040 if copies or turn == 2 else 3.0)
 
 
-class _PackedTarget:
-    """A target whose passes of `size` tokens take cost(call, size, packed on) on a fake clock."""
+class _OneDnnTarget:
+    """A target whose passes of `size` tokens take cost(call, size, oneDNN copies on) on a fake clock."""
 
     def __init__(self, layout: CpuBackend, cost, clock: list[float]) -> None:  # type: ignore[no-untyped-def]
         self.layout, self.cost, self.clock, self.calls = layout, cost, clock, 0
@@ -200,35 +200,35 @@ class _PackedTarget:
     def score(self, cache: _Cache, pending: list[int], tree) -> None:  # type: ignore[no-untyped-def]
         self.calls += 1
         size = len(pending) + len(tree)
-        self.clock[0] += self.cost(self.calls, size, bool(self.layout.packed_min_rows) and size >= self.layout.packed_min_rows)
+        self.clock[0] += self.cost(self.calls, size, bool(self.layout.onednn_min_rows) and size >= self.layout.onednn_min_rows)
 
 
-def _packed_rows(cost, monkeypatch) -> int:  # type: ignore[no-untyped-def]
+def _onednn_rows(cost, monkeypatch) -> int:  # type: ignore[no-untyped-def]
     clock = [0.0]
     monkeypatch.setattr("verifier_svc.backends.pass_timing.time.perf_counter", lambda: clock[0])
     layout = CpuBackend(torch.nn.Sequential(torch.nn.Linear(2, 2)))
-    target = _PackedTarget(layout, cost, clock)
-    rows = cpu_tuning.packed_rows_from(target, layout, _Cache(), context_tokens=8)  # type: ignore[arg-type]
-    assert layout.packed_min_rows == rows and target.calls == 2 * cpu_tuning.COPY_TURNS * len(cpu_tuning.PACKED_ROWS)
+    target = _OneDnnTarget(layout, cost, clock)
+    rows = cpu_tuning.onednn_rows_from(target, layout, _Cache(), context_tokens=8)  # type: ignore[arg-type]
+    assert layout.onednn_min_rows == rows and target.calls == 2 * cpu_tuning.COPY_TURNS * len(cpu_tuning.ONEDNN_ROWS)
     return rows
 
 
-def test_packed_copies_are_read_from_the_fewest_rows_that_pay(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_onednn_copies_are_read_from_the_fewest_rows_that_pay(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """From the smallest timed size from which every larger one ran faster with the copies, and
     all of them together by MIN_GAIN; else not at all."""
     amd = {False: {2: 0.040, 4: 0.041, 8: 0.048, 16: 0.059}, True: {2: 0.046, 4: 0.036, 8: 0.040, 16: 0.045}}  # ~2026-11-29
-    assert _packed_rows(lambda call, size, on: amd[on][size], monkeypatch) == 4
-    assert _packed_rows(lambda call, size, on: 0.03 if on else 0.04, monkeypatch) == 2
-    assert _packed_rows(lambda call, size, on: 0.05 if on else 0.04, monkeypatch) == 0
-    assert _packed_rows(lambda call, size, on: 0.0399 if on else 0.04, monkeypatch) == 0  # within MIN_GAIN
-    assert _packed_rows(lambda call, size, on: 0.03 if on and size != 16 else 0.04, monkeypatch) == 0  # slower at 16 rows
+    assert _onednn_rows(lambda call, size, on: amd[on][size], monkeypatch) == 4
+    assert _onednn_rows(lambda call, size, on: 0.03 if on else 0.04, monkeypatch) == 2
+    assert _onednn_rows(lambda call, size, on: 0.05 if on else 0.04, monkeypatch) == 0
+    assert _onednn_rows(lambda call, size, on: 0.0399 if on else 0.04, monkeypatch) == 0  # within MIN_GAIN
+    assert _onednn_rows(lambda call, size, on: 0.03 if on and size != 16 else 0.04, monkeypatch) == 0  # slower at 16 rows
 
 
-def test_a_burst_on_the_passes_without_them_does_not_keep_packed_copies(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_a_burst_on_the_passes_without_them_does_not_keep_onednn_copies(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """Every pass without them but one turn's hit by a neighbour: minima compare, so that clean
     turn decides, and the copies (no faster) go."""
-    sizes = len(cpu_tuning.PACKED_ROWS)  # the second turn runs the passes without them first
-    assert _packed_rows(lambda call, size, on: 0.040 if on or 2 * sizes < call <= 3 * sizes else 3.0, monkeypatch) == 0
+    sizes = len(cpu_tuning.ONEDNN_ROWS)  # the second turn runs the passes without them first
+    assert _onednn_rows(lambda call, size, on: 0.040 if on or 2 * sizes < call <= 3 * sizes else 3.0, monkeypatch) == 0
 
 
 def _tiny_llama() -> torch.nn.Module:
@@ -322,29 +322,29 @@ def test_each_backend_says_what_runs_its_passes() -> None:
 
 @pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="torch built without oneDNN")
 @pytest.mark.parametrize("rows", [0, 4])
-def test_tuning_keeps_packed_copies_only_where_they_pay(rows: int, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_tuning_keeps_onednn_copies_only_where_they_pay(rows: int, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     from verifier_svc.target_model import TargetModel
 
     model = _tiny_llama()
     target = TargetModel(model, "tiny")
     backend = target.backend
-    assert isinstance(backend, CpuBackend) and backend.packed_min_rows == 0  # made and judged by tuning
+    assert isinstance(backend, CpuBackend) and backend.onednn_min_rows == 0  # made and judged by tuning
     seen: list[bool] = []
 
-    def packed_rows_from(target, layout, *args):  # type: ignore[no-untyped-def]
-        seen.append(all(m.packed_weight is not None for m in model.modules() if isinstance(m, torch.nn.Linear)))
-        layout.packed_min_rows = rows
+    def onednn_rows_from(target, layout, *args):  # type: ignore[no-untyped-def]
+        seen.append(all(m.onednn_weight is not None for m in model.modules() if isinstance(m, torch.nn.Linear)))
+        layout.onednn_min_rows = rows
         return rows
 
-    monkeypatch.setattr("verifier_svc.backends.cpu.packed_rows_from", packed_rows_from)
+    monkeypatch.setattr("verifier_svc.backends.cpu.onednn_rows_from", onednn_rows_from)
     monkeypatch.setattr("verifier_svc.backends.cpu.tune_pass_sizes", lambda *args, **kwargs: [0.01])
     backend.tune(target, context_tokens=8, max_tokens=4, repeats=1)
-    copies = [m.packed_weight for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    copies = [m.onednn_weight for m in model.modules() if isinstance(m, torch.nn.Linear)]
     assert seen == [True] and (set(copies) == {None} if rows == 0 else None not in copies)
-    assert ("packed weight copies from 4 rows" in backend.engine()) is (rows == 4)
+    assert ("oneDNN weight copies from 4 rows" in backend.engine()) is (rows == 4)
     with backend.kernels():
-        assert backend.linear_switch.packed_min_rows == rows
+        assert backend.linear_switch.onednn_min_rows == rows
     monkeypatch.setattr("verifier_svc.backends.cpu.available_memory_bytes", lambda: 1 << 10)  # too little memory: none made
     seen.clear()
     backend.tune(target, context_tokens=8, max_tokens=4, repeats=1)
-    assert seen == [] and backend.packed_min_rows == 0
+    assert seen == [] and backend.onednn_min_rows == 0

@@ -13,7 +13,7 @@ import torch
 
 from specdec.sampling_params import SamplingParams
 from verifier_svc.batched_pass import PassInput, batch_mask_and_positions, packed_rows, score_batch
-from verifier_svc.linear_layout import drop_packed_copies, packed_copies
+from verifier_svc.linear_layout import drop_onednn_copies, onednn_copies
 from verifier_svc.session import Limits, RoundInput, Session
 from verifier_svc.target_model import TargetModel
 from verifier_svc.token_tree import ROOT, build_tree, chain, tree_attention_mask, tree_position_ids
@@ -84,33 +84,33 @@ def run(target: TargetModel, tokenizer, batched: bool) -> tuple[list[list[int]],
 
 
 @pytest.fixture
-def packed_from(request, target: TargetModel):  # type: ignore[no-untyped-def]
-    """Rows from which the target's products read packed weight copies (0: none made)."""
+def onednn_from(request, target: TargetModel):  # type: ignore[no-untyped-def]
+    """Rows from which the target's products read oneDNN weight copies (0: none made)."""
     rows = request.param
     if rows and not torch.backends.mkldnn.is_available():
         pytest.skip("torch built without oneDNN")
     if rows:
-        assert packed_copies(target.model) > 0
-    target.backend.packed_min_rows = rows
+        assert onednn_copies(target.model) > 0
+    target.backend.onednn_min_rows = rows
     yield rows
-    target.backend.packed_min_rows = 0
-    drop_packed_copies(target.model)
+    target.backend.onednn_min_rows = 0
+    drop_onednn_copies(target.model)
 
 
-@pytest.mark.parametrize(("weight_first", "min_rows", "packed_from"), [(True, 1, 0), (False, 1, 0), (False, 9, 0), (True, 1, 2)],
-                         ids=["weight-first", "F.linear-unpadded", "F.linear-padded-to-9", "packed-from-2-rows"], indirect=["packed_from"])
-def test_batched_rounds_give_the_tokens_of_unbatched_rounds(target: TargetModel, tokenizer, weight_first: bool, min_rows: int, packed_from: int, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize(("weight_first", "min_rows", "onednn_from"), [(True, 1, 0), (False, 1, 0), (False, 9, 0), (True, 1, 2)],
+                         ids=["weight-first", "F.linear-unpadded", "F.linear-padded-to-9", "onednn-from-2-rows"], indirect=["onednn_from"])
+def test_batched_rounds_give_the_tokens_of_unbatched_rounds(target: TargetModel, tokenizer, weight_first: bool, min_rows: int, onednn_from: int, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """Greedy and sampled sessions (same seeds) commit identical tokens batched or not, and
     every round's logits agree within LOGIT_ATOL; the caches stay consistent across rounds. In
     either linear layout the CPU backend may choose for batched passes (cpu_tuning), F.linear
     unpadded or with padding rows after the sessions' packed rows, and with the batched passes'
-    products from packed weight copies (the unbatched rounds without them)."""
+    products from oneDNN weight copies (the unbatched rounds without them)."""
     monkeypatch.setattr(target.backend, "weight_first", weight_first)
     monkeypatch.setattr(target.backend, "linear_min_rows", min_rows)
     assert target.min_pass_tokens == min_rows
-    target.backend.packed_min_rows = 0
+    target.backend.onednn_min_rows = 0
     alone_tokens, alone_logits = run(target, tokenizer, batched=False)
-    target.backend.packed_min_rows = packed_from
+    target.backend.onednn_min_rows = onednn_from
     batch_tokens, batch_logits = run(target, tokenizer, batched=True)
     assert batch_tokens == alone_tokens
     worst = max((a - b).abs().max().item() for xs, ys in zip(alone_logits, batch_logits) for a, b in zip(xs, ys))

@@ -13,16 +13,16 @@ from verifier_svc.linear_layout import (
     copy_blocks,
     drop_float32_copies,
     drop_one_row_copies,
-    drop_packed_copies,
+    drop_onednn_copies,
     float32_copies,
     float32_linear,
     linear_switch,
     one_row_copies,
     one_row_copy,
     one_row_linear,
-    packed_copies,
-    packed_copy,
-    packed_linear,
+    onednn_copies,
+    onednn_copy,
+    onednn_linear,
     weight_first_linear,
 )
 from verifier_svc.target_model import TargetModel
@@ -202,34 +202,34 @@ needs_onednn = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reas
 @needs_onednn
 @pytest.mark.parametrize("shape", [(576,), (3, 576), (2, 5, 576), (16, 576)])
 @pytest.mark.parametrize("with_bias", [False, True])
-def test_a_product_from_the_packed_copy_is_f_linear(shape: tuple[int, ...], with_bias: bool) -> None:
+def test_a_product_from_the_onednn_copy_is_f_linear(shape: tuple[int, ...], with_bias: bool) -> None:
     generator = torch.Generator().manual_seed(0)
     x = torch.randn(shape, generator=generator)
     weight = torch.randn(1536, 576, generator=generator) / 24
     bias = torch.randn(1536, generator=generator) if with_bias else None
-    out = packed_linear(x, packed_copy(weight), bias)
+    out = onednn_linear(x, onednn_copy(weight), bias)
     assert out.shape == (*shape[:-1], 1536)
     torch.testing.assert_close(out, torch.nn.functional.linear(x, weight, bias), atol=1e-5, rtol=1e-5)
     transposed = x.reshape(-1, 576).t().contiguous().t()  # a view that is not contiguous
-    torch.testing.assert_close(packed_linear(transposed, packed_copy(weight), bias).reshape(out.shape), out)
+    torch.testing.assert_close(onednn_linear(transposed, onednn_copy(weight), bias).reshape(out.shape), out)
 
 
 @needs_onednn
-def test_products_of_enough_rows_read_the_packed_copies_only_where_switched_on(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_products_of_enough_rows_read_the_onednn_copies_only_where_switched_on(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 8), torch.nn.Linear(8, 7).to(torch.bfloat16))
     model[1].weight = model[0].weight  # tied weights share one copy
     switch = linear_switch(model)
-    assert packed_copies(model) == 4 * 8 * 8  # the float32 weight only
-    assert model[0].packed_weight is model[1].packed_weight and model[2].packed_weight is None
+    assert onednn_copies(model) == 4 * 8 * 8  # the float32 weight only
+    assert model[0].onednn_weight is model[1].onednn_weight and model[2].onednn_weight is None
     calls: list[int] = []
-    monkeypatch.setattr("verifier_svc.linear_layout.packed_linear", lambda x, w, b: calls.append(x.numel() // x.shape[-1]) or torch.zeros(*x.shape[:-1], 8))
+    monkeypatch.setattr("verifier_svc.linear_layout.onednn_linear", lambda x, w, b: calls.append(x.numel() // x.shape[-1]) or torch.zeros(*x.shape[:-1], 8))
     few, many = torch.randn(3, 8), torch.randn(4, 8)
-    with switch.set(True, packed_min_rows=4):
+    with switch.set(True, onednn_min_rows=4):
         model[0](few), model[1](many), model[2](many.to(torch.bfloat16))  # no copy: its own product
     assert calls == [4]
-    with switch.set(True):  # packed_min_rows 0: none read
+    with switch.set(True):  # onednn_min_rows 0: none read
         model[0](many)
-    drop_packed_copies(model)
-    with switch.set(True, packed_min_rows=4):  # dropped
+    drop_onednn_copies(model)
+    with switch.set(True, onednn_min_rows=4):  # dropped
         model[0](many)
-    assert calls == [4] and switch.packed_min_rows == 0 and all(m.packed_weight is None for m in model)
+    assert calls == [4] and switch.onednn_min_rows == 0 and all(m.onednn_weight is None for m in model)

@@ -37,7 +37,7 @@ def attention_for(config: PretrainedConfig, device: torch.device | str) -> str:
 
 def backend_for(
     model: torch.nn.Module, graphs: bool = True, cuda_compiled: str = "layers", compiled_passes: bool = False, one_row_copies: bool = True,
-    compiled_store: Path | None = None, float32_copies: bool = True, onnx_passes: bool = False,
+    compiled_store: Path | None = None, float32_copies: bool = True, onnx_passes: bool = False, onednn_copies: bool = True,
 ) -> Backend:
     """The backend of a loaded model, on the device of its first parameter. On CUDA, `graphs`:
     replay lone passes as recorded graphs (backends/cuda.py), recorded with the parts of the
@@ -47,13 +47,14 @@ def backend_for(
     `one_row_copies`: let one-token passes read one-row copies of the linear weights where they pay,
     `float32_copies`: products of 4 rows or more float32 copies of bfloat16 or float16 ones
     (linear_layout.py); `onnx_passes`: run lone passes of a few tokens through onnxruntime where
-    the model allows (onnx_passes.py)."""
+    the model allows (onnx_passes.py); `onednn_copies`: let products of several float32 rows read
+    oneDNN copies of the linear weights where tuning finds they pay."""
     kind = backend_class(next(model.parameters()).device)
     if kind is CudaBackend:
         return CudaBackend(model, graphs=graphs, compiled=cuda_compiled)
     if kind is CpuBackend:
         return CpuBackend(
             model, compiled_passes=compiled_passes, one_row=one_row_copies, compiled_store=compiled_store, float32_rows=float32_copies,
-            onnx_passes=onnx_passes,
+            onnx_passes=onnx_passes, onednn=onednn_copies,
         )
     return kind(model)

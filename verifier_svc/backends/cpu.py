@@ -1,6 +1,6 @@
 """The CPU backend: weight-first linear layers (one-row products from one-row copies, in
 bfloat16 products of several rows from float32 copies, and in float32 products of several rows
-from oneDNN-packed copies, where memory allows and tuning finds they pay), grouped attention
+from oneDNN copies, where memory allows and tuning finds they pay), grouped attention
 read in place, padding of float32 batched passes through F.linear, pass sizes tuned at start
 (cpu_tuning.py), and, where asked, lone passes as compiled static passes (cpu_compiled.py) or
 through onnxruntime (onnx_passes.py)."""
@@ -20,7 +20,7 @@ from transformers import PretrainedConfig
 from verifier_svc.attention import GROUPED_SDPA, sdpa_or_eager
 from verifier_svc.backends.compiled_layers import CompiledLayers
 from verifier_svc.backends.cpu_compiled import CompiledPassRunner, compiled_layers
-from verifier_svc.backends.cpu_tuning import keep_copies, packed_rows_from, tune_batched_layout, tune_pass_sizes
+from verifier_svc.backends.cpu_tuning import keep_copies, onednn_rows_from, tune_batched_layout, tune_pass_sizes
 from verifier_svc.backends.generic import GenericBackend
 from verifier_svc.backends.onnx_passes import MAX_TOKENS, OnnxPasses, default_store, missing_modules, served_layout
 from verifier_svc.backends.pass_timing import lone_sizes_seconds, prefilled_cache
@@ -28,7 +28,7 @@ from verifier_svc.backends.stored_steps import StoredSteps
 from verifier_svc.kv_cache import KVCache
 from verifier_svc.layer_masks import layer_windows
 from verifier_svc.linear_layout import (
-    drop_float32_copies, drop_one_row_copies, drop_packed_copies, float32_copies, linear_switch, one_row_copies, packed_copies,
+    drop_float32_copies, drop_one_row_copies, drop_onednn_copies, float32_copies, linear_switch, one_row_copies, onednn_copies,
     switchable_layers,
 )
 from verifier_svc.static_pass import SlotPasses, StaticPass
@@ -105,7 +105,9 @@ class CpuBackend(GenericBackend):
     tuning times F.linear faster; with `one_row`, one-row copies of their weights (float32, where
     memory allows) for one-token passes, and with `float32_rows`, float32 copies of bfloat16 or
     float16 weights for products of 4 rows or more, each until tuning times them no faster
-    (untuned, or with compiled passes, they stay as made). With `compiled_passes`, a lone pass of a session in a
+    (untuned, or with compiled passes, they stay as made). With `onednn` (and without compiled
+    passes), tuning makes oneDNN copies of float32 weights and sets the rows from which products
+    read them, freeing them where none pays. With `compiled_passes`, a lone pass of a session in a
     slot (but a one-token pass where one-row copies exist) runs as a static pass with its layers
     compiled (cpu_compiled.py), weight first, their compiled code kept in `compiled_store` (None:
     in this process only), and tuning only times. With `onnx_passes` (and not `compiled_passes`), a
@@ -117,14 +119,15 @@ class CpuBackend(GenericBackend):
 
     def __init__(
         self, model: torch.nn.Module, compiled_passes: bool = False, one_row: bool = True, compiled_store: Path | None = None,
-        float32_rows: bool = True, onnx_passes: bool = False,
+        float32_rows: bool = True, onnx_passes: bool = False, onednn: bool = True,
     ) -> None:
         super().__init__(model)
         self.linear_switch = linear_switch(model)
         self.weight_first = True
         self.linear_min_rows = CPU_MIN_PASS_TOKENS  # rows a pass through F.linear is padded to (float32)
         self.one_row = self.float32_rows = False
-        self.packed_min_rows = 0  # products of this many rows or more read packed copies (0: none), from tuning
+        self.onednn = onednn  # whether tuning may make oneDNN copies
+        self.onednn_min_rows = 0  # products of this many rows or more read oneDNN copies (0: none), from tuning
         self.dtype = next(model.parameters()).dtype
         self.onnx: OnnxPasses | None = None
         self.onnx_off = ""  # why onnxruntime's passes, asked for and fit for the model, are off (engine())
@@ -140,7 +143,7 @@ class CpuBackend(GenericBackend):
             self.onnx = OnnxPasses(model, torch.get_num_threads(), default_store())
         drop_one_row_copies(model)  # another backend's, over the same model object
         drop_float32_copies(model)
-        drop_packed_copies(model)
+        drop_onednn_copies(model)
         if one_row and self.onnx is None and self.dtype in ONE_ROW_DTYPES and self._room_for("one-row", linear_weight_bytes(model)):
             self.one_row = one_row_copies(model, torch.get_num_threads()) > 0
         if float32_rows and self.dtype in FLOAT32_COPY_DTYPES and self._room_for("float32", 4 // self.dtype.itemsize * linear_weight_bytes(model)):
@@ -184,7 +187,7 @@ class CpuBackend(GenericBackend):
         return 1 if self.weight_first or self.dtype not in PADDED_DTYPES else self.linear_min_rows
 
     def kernels(self) -> contextlib.AbstractContextManager:
-        return self.linear_switch.set(self.weight_first, self.one_row, self.float32_rows, self.packed_min_rows)
+        return self.linear_switch.set(self.weight_first, self.one_row, self.float32_rows, self.onednn_min_rows)
 
     def engine(self) -> str:
         if self.onnx is not None:
@@ -199,7 +202,7 @@ class CpuBackend(GenericBackend):
             f"{super().engine()}, {str(self.dtype).removeprefix('torch.')}", lone,
             f"torch's linear layers {'weight first' if self.weight_first else 'F.linear'}" + (f", padded to {rows} rows" if rows > 1 else ""),
             *([f"{' and '.join(copies)} weight copies"] if copies else []),
-            *([f"packed weight copies from {self.packed_min_rows} rows"] if self.packed_min_rows else []),
+            *([f"oneDNN weight copies from {self.onednn_min_rows} rows"] if self.onednn_min_rows else []),
         ])
 
     def lone_pass(self, cache: KVCache, start: int, real: int) -> LonePass | None:
@@ -255,14 +258,14 @@ class CpuBackend(GenericBackend):
             log.warning("onnxruntime lone passes off: their logits differ from the model's forward by %.3g", difference)
             self.onnx, self.onnx_off = None, f"their logits differed from the model's forward by {difference:.3g} at start"
 
-    def _tune_packed(self, target: TargetModel, cache: KVCache, context_tokens: int) -> None:
-        """Packed weight copies where weights and memory allow, read from the rows tuning finds
-        they pay (cpu_tuning.packed_rows_from); freed where they pay at none."""
-        self.packed_min_rows = 0
-        if self.dtype == torch.float32 and self._room_for("packed", linear_weight_bytes(self.model)) and packed_copies(self.model):
-            packed_rows_from(target, self, cache, context_tokens)
-        if not self.packed_min_rows:
-            drop_packed_copies(self.model)
+    def _tune_onednn(self, target: TargetModel, cache: KVCache, context_tokens: int) -> None:
+        """oneDNN weight copies where weights and memory allow, read from the rows tuning finds
+        they pay (cpu_tuning.onednn_rows_from); freed where they pay at none."""
+        self.onednn_min_rows = 0
+        if self.onednn and self.dtype == torch.float32 and self._room_for("oneDNN", linear_weight_bytes(self.model)) and onednn_copies(self.model):
+            onednn_rows_from(target, self, cache, context_tokens)
+        if not self.onednn_min_rows:
+            drop_onednn_copies(self.model)
 
     @torch.inference_mode()
     def tune(self, target: TargetModel, context_tokens: int, max_tokens: int, repeats: int) -> list[float]:
@@ -274,7 +277,7 @@ class CpuBackend(GenericBackend):
                 self._drop_float32_copies()
             # No layer to switch (int8 weights: int8_weights.py): both layouts are one pass, timed once.
             layouts = (True, False) if switchable_layers(self.model) else (True,)
-            self._tune_packed(target, cache, context_tokens)
+            self._tune_onednn(target, cache, context_tokens)
             seconds = tune_pass_sizes(target, self, cache, context_tokens, max_tokens, repeats, layouts=layouts)
             if self.one_row and not self.weight_first:  # F.linear reads no copy
                 self._drop_one_row_copies()
@@ -284,7 +287,7 @@ class CpuBackend(GenericBackend):
             # torch's passes are now batched ones: its layout is chosen for them.
             with self._passes_in_torch():
                 self.linear_min_rows = tune_batched_layout(target, self, cache, context_tokens, CPU_MIN_PASS_TOKENS)
-                self._tune_packed(target, cache, context_tokens)
+                self._tune_onednn(target, cache, context_tokens)
             rows = self.min_pass_tokens
             log.info("torch's passes (batched): %s, %s", "weight first" if self.weight_first else "F.linear", f"padded to {rows} rows" if rows > 1 else "unpadded")
         # Compiled passes are weight first and pad to their own sizes, onnxruntime's take the

@@ -22,8 +22,8 @@ Where onnxruntime runs the lone passes (onnx_passes.py), torch runs the batched 
 is then judged by torch passes of BATCHED_ROWS tokens, both layouts in turns, minima compared
 (`tune_batched_layout`), and the lone passes are only timed.
 
-Packed weight copies (linear_layout.py) are judged by torch passes of PACKED_ROWS tokens with and
-without them, in turns (`packed_rows_from`): they are read from the fewest of those rows from
+oneDNN weight copies (linear_layout.py) are judged by torch passes of ONEDNN_ROWS tokens with and
+without them, in turns (`onednn_rows_from`): they are read from the fewest of those rows from
 which every larger size ran faster with them, and together faster by MIN_GAIN.
 """
 
@@ -50,15 +50,15 @@ FLOAT32_ROWS_TOKENS = 8
 # Where onnxruntime runs the lone passes, torch's are batched passes of a few sessions' rounds:
 # torch's layout is judged by passes of these many rows, and F.linear's padding of a 2-row pass.
 BATCHED_ROWS = (2, 4, 8)
-# The packed copies are judged by passes of these many rows: a batched pass of 2-16 sessions' rounds.
-PACKED_ROWS = (2, 4, 8, 16)
+# The oneDNN copies are judged by passes of these many rows: a batched pass of 2-16 sessions' rounds.
+ONEDNN_ROWS = (2, 4, 8, 16)
 
 
 class LayoutChoice(Protocol):
     weight_first: bool
     one_row: bool
     float32_rows: bool
-    packed_min_rows: int
+    onednn_min_rows: int
 
 
 def keep_copies(
@@ -150,16 +150,16 @@ def tune_batched_layout(target: TargetModel, layout: LayoutChoice, cache: KVCach
     return padded_rows if best[False][padded_rows] < (1 - MIN_GAIN) * best[False][2] else 1
 
 
-def packed_rows_from(target: TargetModel, layout: LayoutChoice, cache: KVCache, context_tokens: int, turns: int = COPY_TURNS) -> int:
-    """The fewest rows from which passes read the packed copies (0: none), from torch passes of
-    PACKED_ROWS tokens on `cache` with and without them, in turns, `turns` each (module
-    docstring); leaves layout.packed_min_rows so."""
-    best = minima_in_turns(target, cache, context_tokens, lambda choice: setattr(layout, "packed_min_rows", PACKED_ROWS[0] if choice else 0),
-                           PACKED_ROWS, turns)
-    layout.packed_min_rows = 0
-    for i, rows in enumerate(PACKED_ROWS):
-        sizes = PACKED_ROWS[i:]
+def onednn_rows_from(target: TargetModel, layout: LayoutChoice, cache: KVCache, context_tokens: int, turns: int = COPY_TURNS) -> int:
+    """The fewest rows from which passes read the oneDNN copies (0: none), from torch passes of
+    ONEDNN_ROWS tokens on `cache` with and without them, in turns, `turns` each (module
+    docstring); leaves layout.onednn_min_rows so."""
+    best = minima_in_turns(target, cache, context_tokens, lambda choice: setattr(layout, "onednn_min_rows", ONEDNN_ROWS[0] if choice else 0),
+                           ONEDNN_ROWS, turns)
+    layout.onednn_min_rows = 0
+    for i, rows in enumerate(ONEDNN_ROWS):
+        sizes = ONEDNN_ROWS[i:]
         if all(best[True][s] < best[False][s] for s in sizes) and sum(best[True][s] for s in sizes) < (1 - MIN_GAIN) * sum(best[False][s] for s in sizes):
-            layout.packed_min_rows = rows
+            layout.onednn_min_rows = rows
             break
-    return layout.packed_min_rows
+    return layout.onednn_min_rows
