@@ -33,14 +33,15 @@ weights, bfloat16 F.linear against the float32 copy weight first, ms (one run): 
 (docs/design/float32-copies.md).
 
 Products of several rows run fastest from a copy of each float32 weight reordered into oneDNN's
-blocked layout (`onednn_copies`), multiplied by torch's own oneDNN linear op (torch.ops.mkldnn,
-what inductor's CPU weight prepacking calls): on the 2-core AMD EPYC, where torch's MKL runs few-row products at ~75 GFLOP/s,
-the 211 weights take (ms, one run; weight first / F.linear / oneDNN) 46 / 59 / 29 for 8 rows,
-56-68 / 77-83 / 34-39 for 16, 152 / 180 / 102 for 64, but 2 rows 21 / 77 / 30; a batched pass of
-16 sessions' one-token rounds 119-147 -> 89-100 ms (docs/design/onednn-copies.md). The products sum in
-another order (logits 3-7e-5 from the other layouts'). Made for float32 weights where memory
-allows; the CPU backend times passes with and without them at start and sets the fewest rows
-that read them (`LinearSwitch.onednn_min_rows`, 0: none).
+blocked layout (`onednn_copies`) and multiplied by torch's own oneDNN linear op (torch.ops.mkldnn,
+private to torch: the tests check it at the pinned version). On the 2-core AMD EPYC, where torch's
+MKL runs products of 8 rows or more at ~45-75 GFLOP/s, the 211 weights take (ms, one run; weight
+first / F.linear / oneDNN) 47 / 62 / 30 for 8 rows, 58 / 71 / 38 for 16, 140 / 153 / 106 for 64,
+but 21 / 76 / 38 for 2; a batched pass of 16 sessions' one-token rounds 147 -> 100 ms
+(docs/design/onednn-copies.md). The products sum in another order (logits 3-7e-5 from the other
+layouts'). Made for float32 weights where memory allows; the CPU backend times passes with and
+without them at start and sets the fewest rows that read them (`LinearSwitch.onednn_min_rows`,
+0: none).
 
 Another CPU may rank the layouts the other way (a 2-core Intel Xeon with AMX, 2026-11-28: 2 rows
 25.8 ms through F.linear against 60.7 weight first), which is why the CPU backend times both at
@@ -120,8 +121,13 @@ def onednn_linear(x: torch.Tensor, copy: torch.Tensor, bias: torch.Tensor | None
 
 
 def onednn_ready(weight: torch.Tensor) -> bool:
-    """Whether oneDNN copies of `weight` can be made here: a float32 CPU tensor and oneDNN built in."""
-    return weight.dtype == torch.float32 and weight.device.type == "cpu" and torch.backends.mkldnn.is_available()
+    """Whether oneDNN copies of `weight` can be made here: a float32 CPU tensor, oneDNN built in
+    and its two private ops present (a torch without them serves without the copies)."""
+    ops = ("_reorder_linear_weight", "_linear_pointwise")
+    return (
+        weight.dtype == torch.float32 and weight.device.type == "cpu" and torch.backends.mkldnn.is_available()
+        and all(hasattr(torch.ops.mkldnn, op) for op in ops)
+    )
 
 
 class LinearSwitch:

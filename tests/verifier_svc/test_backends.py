@@ -203,13 +203,15 @@ class _OneDnnTarget:
         self.clock[0] += self.cost(self.calls, size, bool(self.layout.onednn_min_rows) and size >= self.layout.onednn_min_rows)
 
 
-def _onednn_rows(cost, monkeypatch) -> int:  # type: ignore[no-untyped-def]
+def _onednn_rows(cost, monkeypatch, turns: int = cpu_tuning.COPY_TURNS) -> int:  # type: ignore[no-untyped-def]
+    """onednn_rows_from's choice on a fake clock, having timed `turns` turns."""
     clock = [0.0]
+    monkeypatch.setattr(cpu_tuning.time, "perf_counter", lambda: clock[0])
     monkeypatch.setattr("verifier_svc.backends.pass_timing.time.perf_counter", lambda: clock[0])
     layout = CpuBackend(torch.nn.Sequential(torch.nn.Linear(2, 2)))
     target = _OneDnnTarget(layout, cost, clock)
     rows = cpu_tuning.onednn_rows_from(target, layout, _Cache(), context_tokens=8)  # type: ignore[arg-type]
-    assert layout.onednn_min_rows == rows and target.calls == 2 * cpu_tuning.COPY_TURNS * len(cpu_tuning.ONEDNN_ROWS)
+    assert layout.onednn_min_rows == rows and target.calls == 2 * turns * len(cpu_tuning.ONEDNN_ROWS)
     return rows
 
 
@@ -228,7 +230,12 @@ def test_a_burst_on_the_passes_without_them_does_not_keep_onednn_copies(monkeypa
     """Every pass without them but one turn's hit by a neighbour: minima compare, so that clean
     turn decides, and the copies (no faster) go."""
     sizes = len(cpu_tuning.ONEDNN_ROWS)  # the second turn runs the passes without them first
-    assert _onednn_rows(lambda call, size, on: 0.040 if on or 2 * sizes < call <= 3 * sizes else 3.0, monkeypatch) == 0
+    assert _onednn_rows(lambda call, size, on: 0.040 if on or 2 * sizes < call <= 3 * sizes else 0.3, monkeypatch) == 0
+
+
+def test_the_onednn_timing_starts_no_turn_past_its_budget(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A start beside a busy neighbour (every pass 2 s): one turn (16 s), then the choice from it."""
+    assert _onednn_rows(lambda call, size, on: 1.9 if on else 2.0, monkeypatch, turns=1) == 2
 
 
 def _tiny_llama() -> torch.nn.Module:

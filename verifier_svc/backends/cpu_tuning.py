@@ -23,8 +23,9 @@ is then judged by torch passes of BATCHED_ROWS tokens, both layouts in turns, mi
 (`tune_batched_layout`), and the lone passes are only timed.
 
 oneDNN weight copies (linear_layout.py) are judged by torch passes of ONEDNN_ROWS tokens with and
-without them, in turns (`onednn_rows_from`): they are read from the fewest of those rows from
-which every larger size ran faster with them, and together faster by MIN_GAIN.
+without them, in turns started within ONEDNN_BUDGET_SECONDS (`onednn_rows_from`): they are read
+from the fewest of those rows from which every larger size ran faster with them, and together
+faster by MIN_GAIN.
 """
 
 from __future__ import annotations
@@ -50,8 +51,11 @@ FLOAT32_ROWS_TOKENS = 8
 # Where onnxruntime runs the lone passes, torch's are batched passes of a few sessions' rounds:
 # torch's layout is judged by passes of these many rows, and F.linear's padding of a 2-row pass.
 BATCHED_ROWS = (2, 4, 8)
-# The oneDNN copies are judged by passes of these many rows: a batched pass of 2-16 sessions' rounds.
+# The oneDNN copies are judged by passes of these many rows (a batched pass of 2-16 sessions'
+# rounds), in turns that start within ONEDNN_BUDGET_SECONDS: a quiet 2-core host runs all five
+# in ~4 s, but a restart beside a serving verifier took 24 s.
 ONEDNN_ROWS = (2, 4, 8, 16)
+ONEDNN_BUDGET_SECONDS = 10.0
 
 
 class LayoutChoice(Protocol):
@@ -77,13 +81,18 @@ def keep_copies(
 
 
 def minima_in_turns(
-    target: TargetModel, cache: KVCache, context_tokens: int, choose: Callable[[bool], None], sizes: Sequence[int], turns: int
+    target: TargetModel, cache: KVCache, context_tokens: int, choose: Callable[[bool], None], sizes: Sequence[int], turns: int,
+    budget_seconds: float = float("inf"),
 ) -> dict[bool, dict[int, float]]:
     """Per choice (True, False: made by `choose`) and per size, the minimum seconds of lone passes
     of that many tokens on `cache` over `turns` turns, the two choices in alternating order, so
-    that a burst of contention hits both alike and the minima compare clean passes."""
+    that a burst of contention hits both alike and the minima compare clean passes; no turn
+    starts after `budget_seconds` (the first always runs)."""
     best = {choice: dict.fromkeys(sizes, float("inf")) for choice in (True, False)}
+    started = time.perf_counter()
     for turn in range(turns):
+        if turn and time.perf_counter() - started > budget_seconds:
+            break
         for choice in (True, False) if turn % 2 == 0 else (False, True):
             choose(choice)
             for size in sizes:
@@ -150,12 +159,15 @@ def tune_batched_layout(target: TargetModel, layout: LayoutChoice, cache: KVCach
     return padded_rows if best[False][padded_rows] < (1 - MIN_GAIN) * best[False][2] else 1
 
 
-def onednn_rows_from(target: TargetModel, layout: LayoutChoice, cache: KVCache, context_tokens: int, turns: int = COPY_TURNS) -> int:
+def onednn_rows_from(
+    target: TargetModel, layout: LayoutChoice, cache: KVCache, context_tokens: int, turns: int = COPY_TURNS,
+    budget_seconds: float = ONEDNN_BUDGET_SECONDS,
+) -> int:
     """The fewest rows from which passes read the oneDNN copies (0: none), from torch passes of
-    ONEDNN_ROWS tokens on `cache` with and without them, in turns, `turns` each (module
-    docstring); leaves layout.onednn_min_rows so."""
+    ONEDNN_ROWS tokens on `cache` with and without them, in turns, up to `turns` each within
+    `budget_seconds` (module docstring); leaves layout.onednn_min_rows so."""
     best = minima_in_turns(target, cache, context_tokens, lambda choice: setattr(layout, "onednn_min_rows", ONEDNN_ROWS[0] if choice else 0),
-                           ONEDNN_ROWS, turns)
+                           ONEDNN_ROWS, turns, budget_seconds)
     layout.onednn_min_rows = 0
     for i, rows in enumerate(ONEDNN_ROWS):
         sizes = ONEDNN_ROWS[i:]
