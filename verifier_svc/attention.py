@@ -9,9 +9,16 @@ caches and two drafted nodes takes 500 ms with `sdpa` and 162 ms with the heads 
 (bench/pass_times.py, both in one run). A one-token pass without drafts was never affected
 (transformers packs its query heads instead).
 
+A one-token query with a mask (a plain decoding step; in a batched pass, each session's
+one-token round, one call per session and layer) stacks the query heads of each key/value head as that head's rows
+and calls torch's kernel itself: transformers' wrapper does the same (`pack_gqa`), bit for bit,
+after checks that cost more than the kernel's own ~30 us here (a 16-session batched pass 106.8
+-> 95.0 ms, 2026-11-29; docs/design/grouped-attention.md).
+
 `GROUPED_SDPA` is registered with transformers' AttentionInterface (and sdpa's mask builder);
-the CPU backend (backends/cpu.py) selects it for models whose class runs SDPA. Elsewhere (no mask,
-a single query token, or another device) it is transformers' own `sdpa_attention_forward`. A
+the CPU backend (backends/cpu.py) selects it for models whose class runs SDPA. Elsewhere (no
+mask, ungrouped heads, a position bias, or another device) it is transformers' own
+`sdpa_attention_forward`. A
 layer with an attention soft cap (Gemma 2/3's `attn_logit_softcapping`), which SDPA cannot
 apply, is computed as transformers' eager attention does: scores, soft cap, mask, softmax in
 float32. A model class that does not run SDPA at all (Gemma 2, BLOOM) gets `eager`.
@@ -42,8 +49,13 @@ def grouped_sdpa_attention(
     softcap = kwargs.get("softcap")
     if softcap is not None:
         return softcapped_attention(query, key, value, attention_mask, groups, scaling, float(softcap))  # type: ignore[arg-type]
-    if attention_mask is None or query.shape[2] == 1 or groups == 1 or query.device.type != "cpu" or kwargs.get("position_bias") is not None:
+    if attention_mask is None or groups == 1 or query.device.type != "cpu" or kwargs.get("position_bias") is not None:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)  # type: ignore[arg-type]
+    if query.shape[2] == 1 and attention_mask.shape[1] == 1:
+        batch, heads, _, head_dim = query.shape
+        rows = query.reshape(batch, heads // groups, groups, head_dim)  # head h reads key/value head h // groups
+        out = torch.nn.functional.scaled_dot_product_attention(rows, key, value, attn_mask=attention_mask, dropout_p=dropout, scale=scaling)
+        return out.reshape(batch, 1, heads, head_dim), None
     out = torch.nn.functional.scaled_dot_product_attention(
         query, key, value, attn_mask=attention_mask, dropout_p=dropout, scale=scaling, enable_gqa=True
     )

@@ -66,3 +66,23 @@ def test_softcapped_attention_is_transformers_eager_attention() -> None:
     uncapped, _ = eager_attention_forward(module, query, key, value, mask, scaling=0.25)  # type: ignore[arg-type]
     assert torch.allclose(got, expected, atol=1e-5)
     assert not torch.allclose(got, uncapped, atol=1e-2)  # the cap matters here
+
+
+@pytest.mark.parametrize("hidden", [0, 7])
+def test_a_one_token_query_is_transformers_sdpa_bit_for_bit(hidden: int, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The one-token path (heads stacked per key/value head, torch's kernel called directly) gives
+    exactly what transformers' sdpa gives, without going through it, with `hidden` columns masked."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    from verifier_svc import attention
+
+    module = torch.nn.Module()
+    module.num_key_value_groups, module.is_causal, module.training = 3, True, False  # type: ignore[assignment]
+    generator = torch.Generator().manual_seed(0)
+    query = torch.randn(1, 9, 1, 64, generator=generator)
+    key, value = torch.randn(2, 1, 3, 40, 64, generator=generator).unbind(0)
+    mask = torch.zeros(1, 1, 1, 40).masked_fill(torch.arange(40) < hidden, torch.finfo(torch.float32).min)
+    expected, _ = sdpa_attention_forward(module, query, key, value, mask, scaling=0.125)
+    monkeypatch.setattr(attention, "sdpa_attention_forward", None)  # not called
+    out, _ = attention.grouped_sdpa_attention(module, query, key, value, mask, scaling=0.125)
+    assert out.shape == (1, 1, 9, 64) and torch.equal(out, expected)
