@@ -10,18 +10,17 @@ caches and two drafted nodes takes 500 ms with `sdpa` and 162 ms with the heads 
 (transformers packs its query heads instead).
 
 A one-token query with a mask (a plain decoding step; in a batched pass, each session's
-one-token round, one call per session and layer) stacks the query heads of each key/value head as that head's rows
-and calls torch's kernel itself: transformers' wrapper does the same (`pack_gqa`), bit for bit,
-after checks that cost more than the kernel's own ~30 us here (a 16-session batched pass 106.8
--> 95.0 ms, 2026-11-29; docs/design/grouped-attention.md).
+one-token round, one call per session and layer) stacks the query heads of each key/value head
+as that head's rows and calls torch's kernel itself: transformers' wrapper does the same
+(`pack_gqa`), bit for bit, after checks that cost more than the kernel's own ~30 us here (a
+16-session batched pass 106.8 -> 95.0 ms, 2026-11-29; docs/design/grouped-attention.md).
 
 `GROUPED_SDPA` is registered with transformers' AttentionInterface (and sdpa's mask builder);
 the CPU backend (backends/cpu.py) selects it for models whose class runs SDPA. Elsewhere (no
 mask, ungrouped heads, a position bias, or another device) it is transformers' own
-`sdpa_attention_forward`. A
-layer with an attention soft cap (Gemma 2/3's `attn_logit_softcapping`), which SDPA cannot
-apply, is computed as transformers' eager attention does: scores, soft cap, mask, softmax in
-float32. A model class that does not run SDPA at all (Gemma 2, BLOOM) gets `eager`.
+`sdpa_attention_forward`. A layer with an attention soft cap (Gemma 2/3's
+`attn_logit_softcapping`), which SDPA cannot apply, is computed as transformers' eager attention
+does: scores, soft cap, mask, softmax in float32. A model class that does not run SDPA at all (Gemma 2, BLOOM) gets `eager`.
 """
 
 from __future__ import annotations
