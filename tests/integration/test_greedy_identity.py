@@ -79,13 +79,13 @@ def torch_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClu
     assert "onnxruntime lone passes ready" not in "".join(p.read_text() for p in logs.glob("*verifier*"))
 
 
-@pytest.mark.parametrize("drafter,k,nodes,policy,overlap", [("copy", 0, 0, "fixed", False), ("copy", 4, 16, "fixed", False), ("ngram", 8, 8, "auto", True)])
+@pytest.mark.parametrize("drafter,k,nodes,policy,overlap", [("copy", 0, 0, "fixed", False), ("copy", 4, 16, "fixed", False)])
 def test_greedy_output_with_torch_passes_equals_transformers_generate(  # type: ignore[no-untyped-def]
     torch_cluster, tokenizer, reference_outputs, drafter: str, k: int, nodes: int, policy: str, overlap: bool
 ) -> None:
     """The cases above run the default model's lone passes through onnxruntime (the default on
-    CPU); these run them in torch: plain decoding, a tree of 16 nodes four at a time, and adaptive
-    chains with overlap."""
+    CPU); these run them in torch: plain decoding, and a tree of 16 nodes four at a time (the
+    policies and overlap are the drafter's, tested above whatever engine scores their rounds)."""
     check_greedy_identity(torch_cluster, tokenizer, reference_outputs, drafter, k, nodes, policy, overlap)
 
 
