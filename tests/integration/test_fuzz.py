@@ -2,7 +2,7 @@
 
 Hypothesis drives random GenerateRequest and VerifyRequest messages, and raw bytes that are mostly
 not protobuf at all (random, or valid messages mutated byte by byte), at Drafter.Generate and
-Verifier.Verify over loopback, 1,200 cases per RPC (SPECDEC_FUZZ_CASES for more; fixed seed:
+Verifier.Verify over loopback, 1,000 cases per RPC (SPECDEC_FUZZ_CASES for more; fixed seed:
 derandomized, no example database, no deadline). Every case must end with a status or a
 complete stream within its timeout: never INTERNAL or UNKNOWN (an unhandled server error), never
 DEADLINE_EXCEEDED (a hang), and valid input never refused as garbage. Meanwhile a greedy
@@ -36,8 +36,8 @@ pytestmark = pytest.mark.slow
 CORPUS = Path(__file__).resolve().parents[1] / "fuzz_corpus"
 GENERATE = "/specdec.v1.Drafter/Generate"
 VERIFY = "/specdec.v1.Verifier/Verify"
-# Derandomized cases per service: the suite runs 1,200 (its time budget); SPECDEC_FUZZ_CASES asks for more.
-CASES = int(os.environ.get("SPECDEC_FUZZ_CASES", "1200"))
+# Derandomized cases per service: the suite runs 1,000 (its time budget); SPECDEC_FUZZ_CASES asks for more.
+CASES = int(os.environ.get("SPECDEC_FUZZ_CASES", "1000"))
 TIMEOUT = 30.0
 # a crash (an unhandled exception) or a hang; everything else is a deliberate answer
 FORBIDDEN = {grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN, grpc.StatusCode.DEADLINE_EXCEEDED}

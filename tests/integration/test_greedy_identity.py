@@ -72,9 +72,10 @@ def test_greedy_output_equals_transformers_generate(  # type: ignore[no-untyped-
 
 @pytest.fixture(scope="module")
 def torch_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    """The test cluster with every verifier pass in torch (--cpu-onnx-passes false)."""
+    """The test cluster with every verifier pass in torch (--cpu-onnx-passes false), untuned (its
+    passes unpadded: padding's exactness is tests/verifier_svc/test_session.py's)."""
     logs = tmp_path_factory.mktemp("torch-cluster-logs")
-    with services(logs, "--cpu-onnx-passes", "false") as c:
+    with services(logs, "--cpu-onnx-passes", "false", "--tune-pass-sizes", "false") as c:
         yield c
     assert "onnxruntime lone passes ready" not in "".join(p.read_text() for p in logs.glob("*verifier*"))
 

@@ -204,11 +204,12 @@ def sample_first_two_tokens(world: TwoStepWorld, num_samples: int, seed: int) ->
     target_rows = [[target[a, b].contiguous() for b in range(v)] for a in range(v)]  # rows [p1, p2(.|a), p3(.|a,b)]
     q_ids = torch.arange(v).expand(2, v)  # [2, V]
     q_probs = [torch.stack([w.q1, w.q2[a]]) for a in range(v)]  # [2, V] per x1
+    chains = [[chain([a, b]) for b in range(v)] for a in range(v)]
 
     generator = torch.Generator().manual_seed(seed + 1)
     first, second = [], []
     for a, b in drafts.tolist():
-        verdict = verify_speculative(target_rows[a][b], chain([a, b]), q_ids, q_probs[a], generator)
+        verdict = verify_speculative(target_rows[a][b], chains[a][b], q_ids, q_probs[a], generator)
         emitted = [a, b][: verdict.num_accepted] + [verdict.next_token]
         first.append(emitted[0])
         second.append(emitted[1] if len(emitted) > 1 else -1)
@@ -514,14 +515,21 @@ def sample_tree_outputs(world: TreeWorld, width: int, point_tokens: list[int] | 
         q_ids = torch.tensor(point_tokens).unsqueeze(1)
     generator = torch.Generator().manual_seed(seed + 1)
     emitted_rows = []
+    # A tree's inputs depend only on its tokens: made once per distinct tree (a point-mass case
+    # has one, width 2 at most 3^6), verified afresh every time.
+    made: dict[tuple[int, ...], tuple[TokenTree, torch.Tensor, torch.Tensor]] = {}
     for tokens in all_tokens:
-        tree = build_tree(tokens, parents)
-        first = tree.tokens[:width]
-        rows = torch.cat([world.p1[None], world.p2[first], world.p3[first[depth2_parent], tree.tokens[width:]]])  # [n+1, V]
-        if point_tokens is None:
-            q_probs = torch.cat([world.q1, world.q2[first[depth2_parent]]])
-        else:
-            q_probs = torch.ones(len(tokens), 1)
+        key = tuple(tokens)
+        if key not in made:
+            tree = build_tree(tokens, parents)
+            first = tree.tokens[:width]
+            rows = torch.cat([world.p1[None], world.p2[first], world.p3[first[depth2_parent], tree.tokens[width:]]])  # [n+1, V]
+            if point_tokens is None:
+                q_probs = torch.cat([world.q1, world.q2[first[depth2_parent]]])
+            else:
+                q_probs = torch.ones(len(tokens), 1)
+            made[key] = (tree, rows, q_probs)
+        tree, rows, q_probs = made[key]
         verdict = verify_speculative(rows, tree, q_ids, q_probs, generator)
         emitted_rows.append(([tokens[i] for i in verdict.accepted_nodes] + [verdict.next_token] + [-1, -1])[:3])
     emitted = torch.tensor(emitted_rows)  # [n, 3], -1 where not yet emitted
