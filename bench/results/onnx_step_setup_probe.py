@@ -17,6 +17,10 @@ MODE:
   decoding step's shapes change with every call). specdec's sessions keep onnxruntime's default
   (on); in the committed output the served session had them off and the second on.
 
+`session.KEY=VALUE`: a session configuration entry for the second session. `--fresh`: both
+sessions made by the probe (the served step's too: a session made later ran 3-5% faster than the
+verifier's own in two runs of `--same`), the other one first with `--swap`.
+
 `--grow`: the cache grows a token a call (back to 256 past 900), as in decoding, instead of
 staying at 256 (then every call has the same input shapes). `--llama`: llama.cpp's F32 one-token
 step as a third system.
@@ -79,6 +83,8 @@ def main() -> None:
     served_file = str(passes.folder / "step.onnx")
     if "--mem-pattern" in sys.argv:
         options.enable_mem_pattern = not options.enable_mem_pattern
+    for entry in [a.split("=", 1) for a in sys.argv if a.startswith("session.")]:
+        options.add_session_config_entry(*entry)
     if "--other" in sys.argv:
         path = sys.argv[sys.argv.index("--other") + 1]
     elif "--fuse" in sys.argv:
@@ -88,7 +94,13 @@ def main() -> None:
         path = served_file
     for name, file in (("served", served_file), ("other", path)):
         print(name, file, dict(collections.Counter(n.op_type for n in onnx.load(file, load_external_data=False).graph.node)))
-    sessions = {"served": served, "other": ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])}
+    if "--fresh" in sys.argv:  # the served step in a new session of its own too, made second with --swap
+        plain = session_options(served.get_session_options().intra_op_num_threads)
+        plain.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        made = [("served", served_file, plain), ("other", path, options)]
+        sessions = dict((name, ort.InferenceSession(file, opts, providers=["CPUExecutionProvider"])) for name, file, opts in (made[::-1] if "--swap" in sys.argv else made))
+    else:
+        sessions = {"served": served, "other": ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])}
     cache = prefilled(target, 1, CONTEXT)[0]
 
     def step(session) -> Callable[[], torch.Tensor]:  # type: ignore[no-untyped-def]
