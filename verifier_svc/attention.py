@@ -20,7 +20,8 @@ the CPU backend (backends/cpu.py) selects it for models whose class runs SDPA. E
 mask, ungrouped heads, a position bias, or another device) it is transformers' own
 `sdpa_attention_forward`. A layer with an attention soft cap (Gemma 2/3's
 `attn_logit_softcapping`), which SDPA cannot apply, is computed as transformers' eager attention
-does: scores, soft cap, mask, softmax in float32. A model class that does not run SDPA at all (Gemma 2, BLOOM) gets `eager`.
+does: scores, soft cap, mask, softmax in float32. A model class that does not run SDPA at all
+(Gemma 2, BLOOM) gets `eager`.
 """
 
 from __future__ import annotations
