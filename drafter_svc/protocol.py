@@ -184,7 +184,7 @@ def open_message(request: GenerationRequest) -> verifier_pb2.VerifyRequest:
         open=verifier_pb2.OpenSession(
             prompt_token_ids=request.prompt_token_ids, sampling=sampling, acceptance=acceptance_to_proto(request.acceptance),
             constraint=constraint_to_proto(request.constraint), penalties=penalties_to_proto(request.penalties),
-            logprobs=request.logprobs, top_logprobs=request.top_logprobs,
+            logprobs=request.logprobs, top_logprobs=request.top_logprobs, plain=request.num_draft_tokens == 0,
         )
     )
 

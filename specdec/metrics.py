@@ -64,6 +64,8 @@ class VerifierMetrics:
         # Device graphs (CUDA): recorded once per shape at start, so the count is bounded.
         self.recorded_passes = Gauge("specdec_verifier_recorded_passes", "passes recorded as device graphs, one per fixed shape", registry=r)
         self.replayed_passes = Gauge("specdec_verifier_replayed_passes", "lone passes run by replaying a recorded graph", registry=r)
+        self.ahead_passes = Gauge("specdec_verifier_ahead_passes", "one-token passes of a lone plain session run before its round arrived", registry=r)
+        self.ahead_passes_used = Gauge("specdec_verifier_ahead_passes_used", "of those, the ones its round took (the others: it drafted, or ended)", registry=r)
         self.queue_wait = Histogram("specdec_verifier_queue_wait_seconds", "a round's wait for its pass", buckets=LATENCY_BUCKETS, registry=r)
         self.batch_size = Histogram("specdec_verifier_batch_size", "rounds (sessions) per target pass", buckets=BATCH_BUCKETS, registry=r)
         self.pass_seconds = Histogram("specdec_verifier_pass_seconds", "one target pass, acceptance included", buckets=LATENCY_BUCKETS, registry=r)

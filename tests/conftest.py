@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from specdec.launcher import LocalCluster
+from specdec.launcher import LocalCluster, free_port
 from specdec.model_files import tokenizer_dir
 from specdec.tokenizer import Tokenizer
 
@@ -57,10 +58,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
 
 
 def services(logs: Path, *verifier_args: str) -> LocalCluster:
-    """The integration tests' services (see `cluster`), with extra verifier flags."""
+    """The integration tests' services (see `cluster`), with extra verifier flags; the verifier
+    serves its metrics (verifier_metrics)."""
     return LocalCluster(
         logs,
-        verifier_args=["--max-draft-tokens", "16", "--max-draft-depth", "8", "--max-sessions", "8", *verifier_args],
+        verifier_args=["--max-draft-tokens", "16", "--max-draft-depth", "8", "--max-sessions", "8", "--metrics-port", str(free_port()), *verifier_args],
         drafter_args=["--max-new-tokens-cap", "512", "--drafter", "copy"],
     )
 
@@ -94,3 +96,11 @@ def matrix_model_folder(tmp_path_factory: pytest.TempPathFactory):  # type: igno
         return folders[name]
 
     return folder
+
+
+def verifier_metrics(cluster: LocalCluster) -> dict[str, float]:
+    """The unlabelled samples of the verifier's /metrics, by name (a cluster from `services`)."""
+    args = cluster.verifier.process.args
+    port = args[args.index("--metrics-port") + 1]
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    return {name: float(value) for name, value in (line.split() for line in text.splitlines() if line and not line.startswith("#") and "{" not in line)}

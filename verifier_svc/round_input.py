@@ -51,6 +51,9 @@ class PreparedRound:
     q_probs: torch.Tensor  # [n, S]
     start: int  # cache length before the pass
     pending: list[int]  # committed tokens not yet cached; the last one is the tree's root
+    # An empty round's [1, vocab] logits, scored before it arrived (Session.run_ahead): no pass;
+    # pending is then empty (the root is cached).
+    ahead: torch.Tensor | None = None
 
     def cut(self, prefix: RoundInput) -> PreparedRound:
         """This round with only `prefix`, its first nodes (round_pass.prune), each with its q:

@@ -11,6 +11,13 @@ round runs TargetModel.score, so a single session pays no extra latency). Rounds
 while a pass runs wait for the next one. Each round's validation or acceptance error goes back
 to its own stream only. Every decode pass teaches the pass-cost fit (pass_price.py), from which
 `price` sets the price of a session's next round.
+
+With `ahead_passes` on, once a verdict of a plain session (its drafter's hint: no speculation)
+has been written (`sent`, from its stream) and nothing waits, the worker runs that session's next
+one-token pass (Session.run_ahead), so the verdict's trip to the drafter and the next round's trip
+back overlap the pass instead of preceding it; the next round, if empty, is answered from it
+without a pass. Only with one session open: with others, a pass run ahead would delay their
+rounds and leave the batched pass they could share (docs/design/ahead-passes.md).
 """
 
 from __future__ import annotations
@@ -25,8 +32,11 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+import torch
+
 from specdec.errors import Unavailable
 from verifier_svc.acceptance import RoundVerdict
+from verifier_svc.ahead_pass import AheadPasses
 from verifier_svc.batched_pass import PassInput, score_batch
 from specdec.round_price import RoundPrice
 from verifier_svc.batch_planner import BatchPlanner
@@ -56,6 +66,7 @@ class Scheduler:
         max_pass_rows: int = 0,
         on_pass: Callable[[PassRecord], None] | None = None,
         before_pass: Callable[[Session, PreparedRound], None] | None = None,
+        ahead_passes: bool = True,
     ) -> None:
         """open_sessions: how many sessions could submit a round (the wait stops once that many
         rounds are waiting). before_pass: a check per prepared round (e.g. KV memory) that may
@@ -71,6 +82,8 @@ class Scheduler:
         self._worker: threading.Thread | None = None
         self._calls: deque[tuple[Callable[[], Any], Future[Any]]] = deque()  # for `call`
         self.pass_price = PassPriceModel()  # written by the worker thread only
+        self.ahead = AheadPasses(ahead_passes)
+        self._ahead: Session | None = None  # the lone session whose verdict was just sent (under _cond)
 
     def depth(self) -> int:
         """Rounds waiting for a pass."""
@@ -141,7 +154,7 @@ class Scheduler:
     def _take(self) -> list[_Waiting]:
         """Block for the first round, wait briefly for others, take up to the token budget."""
         with self._cond:
-            while not self._queue and not self._calls and not self._stopped:
+            while not self._queue and not self._calls and not self._stopped and self._ahead is None:
                 self._cond.wait()
             if self._stopped or not self._queue:
                 return []
@@ -169,6 +182,7 @@ class Scheduler:
                         future.set_result(fn())
                     except BaseException as error:  # noqa: BLE001 - goes back to the caller
                         future.set_exception(error)
+            self._run_ahead()
             batch = self._take()
             try:
                 if batch:
@@ -177,6 +191,33 @@ class Scheduler:
                 log.exception("a target pass failed")
                 for w in batch:
                     _resolve(w, error=error)
+
+    def sent(self, session: Session) -> None:
+        """A verdict of `session` went out (the event loop's thread, after the stream wrote it):
+        its next pass may run ahead now (module docstring). Not earlier, from the worker: the
+        pass's Python would hold the GIL that the event loop needs to send the verdict."""
+        with self._cond:
+            if self.ahead.enabled and not self._queue and self.open_sessions() == 1:
+                self._ahead = session
+                self._cond.notify()
+
+    def _run_ahead(self) -> None:
+        """The lone plain session's next pass, if nothing waits (module docstring)."""
+        with self._cond:
+            session, self._ahead = self._ahead, None
+            if session is None or self._queue or self._calls or self._stopped or self.open_sessions() != 1:
+                return
+        record = self.ahead.run_for(session)
+        if record is not None:
+            self.pass_price.observe(record.rows, record.slots, record.seconds, 1)
+            self._observe(record)
+
+    def _observe(self, record: PassRecord) -> None:
+        if self.on_pass:
+            try:
+                self.on_pass(record)
+            except Exception:  # noqa: BLE001 - a broken hook (metrics) must not withhold the verdicts
+                log.exception("the pass hook failed")
 
     def run_pass(self, batch: list[_Waiting]) -> None:
         """Prepare each round, score the valid ones in one pass, finish each; resolve futures."""
@@ -196,40 +237,44 @@ class Scheduler:
                 _resolve(w, error=error)
         if not ready:
             return
-        rows = sum(len(p.pending) + len(p.tree) for _, p in ready)  # packed: batched_pass.py
-        slots = sum(cached_entries(w.session) for w, _ in ready)
+        passing = [(w, p) for w, p in ready if p.ahead is None]  # the others were scored ahead
+        self.ahead.used += len(ready) - len(passing)
+        rows = sum(len(p.pending) + len(p.tree) for _, p in passing)  # packed: batched_pass.py
+        slots = sum(cached_entries(w.session) for w, _ in passing)
         try:
-            if len(ready) == 1:
-                w, p = ready[0]
-                scored = [w.session.target.score(w.session.cache, p.pending, p.tree)]
-            else:
-                scored = score_batch(ready[0][0].session.target, [PassInput(w.session.cache, p.pending, p.tree) for w, p in ready])
+            scored = iter(self._score(passing))
         except Exception as error:  # noqa: BLE001 - a failed pass fails its rounds, not the worker
-            for w, _ in ready:
+            for w, _ in passing:
                 _resolve(w, error=error)
-            return
+            ready = [(w, p) for w, p in ready if p.ahead is not None]
+            scored = iter(())
         results: list[tuple[_Waiting, RoundVerdict | None, BaseException | None]] = []
-        for (w, p), logits in zip(ready, scored):
+        for w, p in ready:
+            logits = p.ahead if p.ahead is not None else next(scored)
             try:
                 results.append((w, w.session.finish(p, logits), None))
             except Exception as error:  # noqa: BLE001
                 results.append((w, None, error))
         seconds = time.perf_counter() - started
         record = PassRecord(len(ready), rows, [started - w.arrived for w, _ in ready], seconds, rows, slots)
-        if self.on_pass:  # before the verdicts go out: a client that has its verdict sees the pass counted
-            try:
-                self.on_pass(record)
-            except Exception:  # noqa: BLE001 - a broken hook (metrics) must not withhold the verdicts
-                log.exception("the pass hook failed")
+        if passing:  # before the verdicts go out: a client that has its verdict sees the pass counted
+            self._observe(record)
         # Before the verdicts go out, so that each verdict's price has its own pass in the fit.
         # After them it gained nothing: the refit (a least-squares solve) holds the GIL that the
         # event loop needs to send them, so they waited for it (docs/design/pass-cost.md).
-        if max(len(p.pending) for _, p in ready) <= DECODE_MAX_PENDING:
-            self.pass_price.observe(rows, slots, seconds, len(ready))
+        if passing and max(len(p.pending) for _, p in passing) <= DECODE_MAX_PENDING:
+            self.pass_price.observe(rows, slots, seconds, len(passing))
         with self._cond:  # before the verdicts go out: their turnarounds start now
             self.planner.answered([w.session for w, _, error in results if error is None], time.perf_counter())
         for w, verdict, error in results:
             _resolve(w, result=None if error else (verdict, record), error=error)
+
+    @staticmethod
+    def _score(rounds: list[tuple[_Waiting, PreparedRound]]) -> list[torch.Tensor]:
+        """Each round's logits from one pass (a lone round: TargetModel.score; none: no pass)."""
+        if len(rounds) <= 1:
+            return [w.session.target.score(w.session.cache, p.pending, p.tree) for w, p in rounds]
+        return score_batch(rounds[0][0].session.target, [PassInput(w.session.cache, p.pending, p.tree) for w, p in rounds])
 
     def price(self, context: int, shared: int) -> RoundPrice:
         """The price of a session's next round after `context` cached tokens, with `shared`

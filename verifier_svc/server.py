@@ -82,7 +82,7 @@ def load_target(config: VerifierSettings) -> tuple[TargetModel, Tokenizer]:
 async def run(config: VerifierSettings) -> None:
     metrics = VerifierMetrics(lambda: servicer.sessions.open, config.max_sessions, lambda: float(servicer.target is not None))
     batching = Batching(
-        config.max_batch_tokens, config.max_wait_ms, config.max_pass_rows, config.max_kv_bytes, config.retry_after_ms,
+        config.max_batch_tokens, config.max_wait_ms, config.max_pass_rows, config.max_kv_bytes, config.retry_after_ms, config.ahead_passes,
     )
     servicer = VerifierServicer(
         config.max_sessions, config.max_draft_tokens, config.max_draft_depth, config.context_length, batching, metrics,
@@ -92,6 +92,8 @@ async def run(config: VerifierSettings) -> None:
     metrics.kv_tokens.set_function(servicer.sessions.kv_tokens)
     metrics.recorded_passes.set_function(lambda: servicer.target.backend.pass_counts()[0] if servicer.target else 0)
     metrics.replayed_passes.set_function(lambda: servicer.target.backend.pass_counts()[1] if servicer.target else 0)
+    metrics.ahead_passes.set_function(lambda: servicer.scheduler.ahead.run)
+    metrics.ahead_passes_used.set_function(lambda: servicer.scheduler.ahead.used)
     serve_metrics(metrics.registry, config.host, config.metrics_port)
 
     def add_services(server) -> list[str]:  # type: ignore[no-untyped-def]

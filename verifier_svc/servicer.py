@@ -37,6 +37,7 @@ class Batching:
     max_pass_rows: int = 0  # 0: no limit on a batched pass's rows (batch_planner.kept_nodes)
     max_kv_bytes: int = 0  # 0: no limit
     retry_after_ms: int = 1000
+    ahead_passes: bool = True  # a lone plain session's next pass runs before its round arrives (scheduler.py)
 
 
 def round_from_proto(msg: verifier_pb2.Round) -> RoundInput:
@@ -104,6 +105,7 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServicer):
             max_pass_rows=batching.max_pass_rows,
             on_pass=self._on_pass,
             before_pass=self.sessions.check_round,
+            ahead_passes=batching.ahead_passes,
         )
         self.scheduler.start()  # its thread loads the model too (server.py) and runs every pass
         self.max_draft_tokens = max_draft_tokens
@@ -189,7 +191,7 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServicer):
                     acceptance = acceptance_from_proto(request.open.acceptance)
                     session = Session(
                         target, list(request.open.prompt_token_ids), sampling, seed, self.limits, acceptance, self.prefix_cache,
-                        output_from_proto(request.open), self.compiler, self.eos_token_ids,
+                        output_from_proto(request.open), self.compiler, self.eos_token_ids, request.open.plain,
                     )
                     self.sessions.add(session)
                 elif kind == "round":
@@ -208,6 +210,7 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServicer):
                         self.metrics.observe_verdict(verdict, len(request.round.nodes))
                     price = self.scheduler.price(cached_entries(session), max(record.rounds, self.sessions.open))
                     yield verdict_to_proto(verdict, time.perf_counter() - started, queued, self.sessions.open, price)
+                    self.scheduler.sent(session)  # its next pass may run before the next round arrives
                 elif kind == "close":
                     if session is None:
                         raise FailedPrecondition("close", "no session to close")

@@ -7,6 +7,11 @@ session may opt into a lossy rule instead (lossy_acceptance.py: lenient or mento
 runs on the target's logits after the session's output rules (output_rules.py: a constraint's
 masks and penalties, every tree node from its own path). A round arrives as a RoundInput and is
 validated into a PreparedRound (round_input.py).
+
+A plain session (its drafter said it sends only empty rounds) may have its next one-token pass run
+before its round arrives, while the verdict travels (run_ahead, called by the scheduler when it is
+idle): the same pass on the same cache, so the same logits; an empty round then takes them, a
+round with nodes drops them and the entry, and has its own pass.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from verifier_svc.output_rules import OutputOptions, OutputRules
 from verifier_svc.prefix_cache import PrefixCache
 from verifier_svc.target_model import TargetModel
 from verifier_svc.round_input import Limits, PreparedRound, RoundInput, check_ids, checked_tree, q_tensors
-from verifier_svc.token_tree import TokenTree
+from verifier_svc.token_tree import TokenTree, chain
 
 class Session:
     """Committed tokens = prompt + everything emitted; the cache holds all but the last one."""
@@ -44,7 +49,9 @@ class Session:
         output: OutputOptions = OutputOptions(),
         compiler: GrammarCompiler | None = None,
         eos_token_ids: frozenset[int] = frozenset(),
+        plain: bool = False,
     ) -> None:
+        """`plain`: the drafter's hint that every round will be empty (its next pass may run ahead)."""
         if not prompt:
             raise InvalidArgument("open.prompt_token_ids", "must not be empty")
         if len(prompt) >= limits.context_length:
@@ -77,12 +84,17 @@ class Session:
         racing = race_seed(seed, sampling, acceptance)
         self.race = RaceNoise(racing, target.vocab_size) if racing is not None else None
         self.closed = False
+        self.plain = plain
+        # [1, vocab] logits after the last committed token, whose entry the cache then holds,
+        # scored before its round arrived (run_ahead); written on the target's thread only.
+        self.ahead: torch.Tensor | None = None
 
     def verify(self, round_: RoundInput) -> RoundVerdict:
         """Run one round: one target pass over the tree, the acceptance walk, the cache cut
         down to the committed prefix plus the accepted path."""
         prepared = self.prepare(round_)
-        return self.finish(prepared, self.target.score(self.cache, prepared.pending, prepared.tree))
+        logits = prepared.ahead if prepared.ahead is not None else self.target.score(self.cache, prepared.pending, prepared.tree)
+        return self.finish(prepared, logits)
 
     def prepare(self, round_: RoundInput) -> PreparedRound:
         """Validate a round (InvalidArgument / FailedPrecondition naming the problem) and
@@ -99,8 +111,31 @@ class Session:
                 f"{len(self.tokens)} tokens + a tree of depth {tree.depth()} + 1 exceed the context length of {self.limits.context_length}",
             )
         q_ids, q_probs = q_tensors(round_, self.target.vocab_size)
+        if self.ahead is not None and len(tree):  # it drafted after all: its pass covers the root again
+            self.drop_ahead()
         start = len(self.cache)
-        return PreparedRound(round_, tree, q_ids, q_probs, start, self.tokens[start:])
+        return PreparedRound(round_, tree, q_ids, q_probs, start, self.tokens[start:], self.ahead)
+
+    def wants_ahead(self) -> bool:
+        """Whether the next pass may run before its round arrives (run_ahead): the session is
+        plain, open, has none run ahead, and its next round fits in the context."""
+        return self.plain and not self.closed and self.ahead is None and len(self.tokens) < self.limits.context_length
+
+    def run_ahead(self) -> bool:
+        """Score the last committed token now, before the round that asks for it: its logits go
+        to `ahead`, its entry into the cache. Returns whether a pass ran (not for a session that
+        ended, or whose cache does not hold all but that token). Runs on the target's thread."""
+        cache = self.cache  # the stream's close may drop it meanwhile; this pass then scores for nobody
+        if self.closed or cache is None or self.ahead is not None or len(self.tokens) - len(cache) != 1:
+            return False
+        self.ahead = self.target.score(cache, self.tokens[-1:], chain([]))
+        return True
+
+    def drop_ahead(self) -> None:
+        """Forget the logits scored ahead and their cache entry (a failed pass: whatever it wrote)."""
+        self.ahead = None
+        if self.cache is not None and len(self.cache) >= len(self.tokens):
+            self.cache.truncate(len(self.tokens) - 1)
 
     def restore_prefix(self) -> None:
         """Copy the stored prompt prefix found when the session opened into its cache (once;
@@ -125,6 +160,7 @@ class Session:
             verdict = replace(verdict, logprobs=self.output.logprobs(logits, rows, emitted))
         self.output.commit(emitted)
         self.tokens += emitted
+        self.ahead = None  # taken (prepare dropped one that a tree's pass would cover again)
         committed = prepared.start + len(prepared.pending)
         self.cache.keep(committed, verdict.accepted_nodes)
         if not self._prompt_offered and self.prefix_cache is not None:

@@ -35,6 +35,10 @@ class VerifierSettings:
     max_batch_tokens: int = field(default=512, metadata={"group": "performance", "help": "new tokens per batched target pass at most (one round always fits)"})
     max_wait_ms: float = field(default=3.0, metadata={"group": "performance", "help": "how long a round may wait for other sessions' rounds to join its pass (besides the wait for sessions turning around: scheduler.py)"})
     max_pass_rows: int = field(default=0, metadata={"group": "performance", "help": "a hard limit: in a pass of B rounds each round keeps at most this many token rows / B, its drafted trees cut to fit (0: no limit)"})
+    ahead_passes: bool = field(
+        default=True,
+        metadata={"group": "performance", "help": "while one session is open and its drafter decodes without speculation (OpenSession.plain), run its next one-token pass as soon as each verdict is sent, so the verdict's round trip overlaps the pass; outputs unchanged; a round that drafts after all drops it (scheduler.py; docs/design/ahead-passes.md)"},
+    )
     max_kv_bytes: int = field(default=0, metadata={"group": "limits", "help": "KV cache memory of all sessions at most, in bytes; new sessions past it get RESOURCE_EXHAUSTED (0: no limit)"})
     retry_after_ms: int = field(default=1000, metadata={"group": "limits", "help": "the retry hint (trailing metadata retry-after-ms) sent with RESOURCE_EXHAUSTED"})
     context_length: int = field(default=0, metadata={"group": "limits", "help": "tokens per session at most (0: the model's own limit)"})

@@ -2,8 +2,9 @@
 token for token, for the copy and n-gram drafters (and the ONNX drafter: its default chain and a tree of 4 deep), draft lengths 1, 4 and 8 (and no speculation), as chains and
 as token trees (one and several branches per node, up to the verifier's 16 nodes), with fixed
 draft lengths and with the adaptive draft-length policies, with and without overlapped drafting
-(the verifier's lone passes through onnxruntime, its default on CPU); and a few of those with every
-pass in torch (--cpu-onnx-passes false)."""
+(the verifier's lone passes through onnxruntime, its default on CPU); plain decoding alone, each
+token scored while its verdict travels; and a few of those with every pass in torch
+(--cpu-onnx-passes false)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import torch
 
 from specdec.client import AsyncClient, GenerationResult
 from specdec.launcher import LocalCluster
-from tests.conftest import services
+from tests.conftest import services, verifier_metrics
 from tests.integration.prompts import CHAT_PROMPTS, TEXT_PROMPTS
 
 MAX_NEW_TOKENS = 40
@@ -68,6 +69,29 @@ def test_greedy_output_equals_transformers_generate(  # type: ignore[no-untyped-
     log = cluster.verifier.log_path.read_text()
     # Made, and kept by the start-up check against the model's forward.
     assert "onnxruntime lone passes ready" in log and "onnxruntime lone passes off" not in log, "the shared cluster serves the default engine"
+
+
+def test_plain_decoding_alone_scores_each_token_before_its_round(cluster, tokenizer, reference_outputs) -> None:  # type: ignore[no-untyped-def]
+    """No speculation, one session at a time: the drafter's plain hint has the verifier run each
+    next pass as soon as a verdict is sent (scheduler.py); the outputs are still transformers'
+    greedy ones, and the rounds after each prompt's were answered from those passes (at least
+    half of them: a round back before the worker looked finds no pass run ahead, and has its own)."""
+    async def generate_all() -> list[GenerationResult]:
+        async with AsyncClient(cluster.address) as client:
+            return [
+                await client.generate(token_ids=_prompt_ids(tokenizer, kind, prompt), max_new_tokens=MAX_NEW_TOKENS, temperature=0.0, num_draft_tokens=0)
+                for kind, prompt in CASES
+            ]
+
+    before = verifier_metrics(cluster)
+    results = asyncio.run(generate_all())
+    after = verifier_metrics(cluster)
+    for i, result in enumerate(results):
+        assert result.token_ids == reference_outputs[i], f"prompt {i}"
+    later_rounds = sum(len(r.token_ids) - 1 for r in results)  # a round a token; the first reads the prompt
+    used = after["specdec_verifier_ahead_passes_used"] - before["specdec_verifier_ahead_passes_used"]
+    run = after["specdec_verifier_ahead_passes"] - before["specdec_verifier_ahead_passes"]
+    assert later_rounds // 2 <= used <= later_rounds and used <= run <= used + len(CASES)
 
 
 @pytest.fixture(scope="module")

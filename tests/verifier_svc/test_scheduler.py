@@ -25,6 +25,7 @@ class FakePrepared:
         self.round = round_
         self.pending = [0]
         self.tree = FakeTree(round_.tokens)
+        self.ahead = None
 
     def cut(self, prefix: RoundInput) -> FakePrepared:
         return FakePrepared(prefix)
@@ -44,6 +45,9 @@ class FakeSession:
 
     def cached_tokens(self) -> int:
         return len(self.cache or [])
+
+    def wants_ahead(self) -> bool:  # passes run ahead: tests/verifier_svc/test_ahead_pass.py
+        return False
 
     def prepare(self, round_: RoundInput) -> FakePrepared:
         if self.closed:
