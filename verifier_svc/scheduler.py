@@ -193,9 +193,8 @@ class Scheduler:
                     _resolve(w, error=error)
 
     def sent(self, session: Session) -> None:
-        """A verdict of `session` went out (the event loop's thread, after the stream wrote it):
-        its next pass may run ahead now (module docstring). Not earlier, from the worker: the
-        pass's Python would hold the GIL that the event loop needs to send the verdict."""
+        """The stream wrote a verdict of `session`: its next pass may run ahead (module docstring).
+        Not earlier: the pass's Python would hold the GIL the event loop needs to send it."""
         with self._cond:
             if self.ahead.enabled and not self._queue and self.open_sessions() == 1:
                 self._ahead = session
