@@ -171,7 +171,7 @@ def verify_requests(draw) -> verifier_pb2.VerifyRequest:  # type: ignore[no-unty
     kind = draw(st.sampled_from(["open", "round", "round", "close", "empty"]))
     if kind == "open":
         msg = verifier_pb2.VerifyRequest(open=verifier_pb2.OpenSession(
-            prompt_token_ids=draw(st.lists(token_ids, max_size=6)), sampling=draw(sampling())))
+            prompt_token_ids=draw(st.lists(token_ids, max_size=6)), sampling=draw(sampling()), plain=draw(st.booleans())))
         if draw(st.booleans()):
             msg.open.acceptance.CopyFrom(draw(acceptance()))
         return msg
@@ -200,6 +200,7 @@ def valid_open(draw) -> verifier_pb2.VerifyRequest:  # type: ignore[no-untyped-d
     msg.open.sampling.top_p = draw(st.floats(0.05, 1.0))
     if draw(st.booleans()):
         msg.open.sampling.seed = draw(st.integers(0, 2**64 - 1))
+    msg.open.plain = draw(st.booleans())  # then the rounds after it may find a pass run ahead, or drop it
     return msg
 
 
