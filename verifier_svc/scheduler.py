@@ -196,7 +196,7 @@ class Scheduler:
         """The stream wrote a verdict of `session`: its next pass may run ahead (module docstring).
         Not earlier: the pass's Python would hold the GIL the event loop needs to send it."""
         with self._cond:
-            if self.ahead.enabled and not self._queue and self.open_sessions() == 1:
+            if self.ahead.enabled and session.plain and not self._queue and self.open_sessions() == 1:
                 self._ahead = session
                 self._cond.notify()
 
