@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from specdec.launcher import LocalCluster, free_port
 from specdec.model_files import tokenizer_dir
@@ -98,9 +99,18 @@ def matrix_model_folder(tmp_path_factory: pytest.TempPathFactory):  # type: igno
     return folder
 
 
+def scrape_metrics(port: int) -> dict[str, float]:
+    """Every sample of the /metrics served on `port`, by name, labels in braces after it."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    values = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
+            values[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
+    return values
+
+
 def verifier_metrics(cluster: LocalCluster) -> dict[str, float]:
-    """The unlabelled samples of the verifier's /metrics, by name (a cluster from `services`)."""
+    """The verifier's /metrics (scrape_metrics) of a cluster from `services`."""
     args = cluster.verifier.process.args
-    port = args[args.index("--metrics-port") + 1]
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
-    return {name: float(value) for name, value in (line.split() for line in text.splitlines() if line and not line.startswith("#") and "{" not in line)}
+    return scrape_metrics(int(args[args.index("--metrics-port") + 1]))

@@ -6,13 +6,11 @@ ones finish; the /metrics endpoint's series match what the clients received."""
 from __future__ import annotations
 
 import asyncio
-import urllib.request
 from collections.abc import Iterator
 
 import grpc
 import pytest
 import torch
-from prometheus_client.parser import text_string_to_metric_families
 
 from specdec.grpc_server import ExceptionToStatusInterceptor
 from specdec.launcher import free_port
@@ -23,6 +21,7 @@ from verifier_svc.backends.pass_timing import time_lone_passes
 from verifier_svc.kv_cache import kv_bytes_per_token
 from verifier_svc.servicer import Batching, VerifierServicer
 from verifier_svc.target_model import TargetModel
+from tests.conftest import scrape_metrics
 
 PROMPTS = [
     "The quick brown fox jumps over the lazy dog. The quick brown fox",
@@ -107,16 +106,6 @@ async def refused_open(stub, prompt: list[int]) -> grpc.aio.AioRpcError:  # type
     return caught.value
 
 
-def scrape(port: int) -> dict[str, float]:
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    values = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
-            values[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
-    return values
-
-
 def test_sessions_past_the_limit_are_refused_admitted_ones_batched_and_exact_and_metrics_match(target, tokenizer, references) -> None:  # type: ignore[no-untyped-def]
     """3 sessions allowed, 5 tried: 2 get RESOURCE_EXHAUSTED (retry-after-ms trailer), the 3
     run concurrently (some passes hold several rounds) and commit exactly the target's greedy
@@ -144,7 +133,7 @@ def test_sessions_past_the_limit_are_refused_admitted_ones_batched_and_exact_and
         assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert dict(error.trailing_metadata() or ()).get("retry-after-ms") == "250"
     assert servicer.sessions.open == 0 and servicer.sessions.kv_tokens() == 0
-    m = scrape(metrics_port)
+    m = scrape_metrics(metrics_port)
     assert m["specdec_spec_decode_num_drafts_total"] == log["rounds"]
     assert m["specdec_spec_decode_num_draft_tokens_total"] == log["drafted"]
     assert m["specdec_spec_decode_num_accepted_tokens_total"] == log["accepted"] > 0
