@@ -24,12 +24,12 @@ class AheadPasses:
     used: int = 0
 
     def run_for(self, session: Session) -> PassRecord | None:
-        """Run the session's next pass now if it wants one; its record, or None where none ran.
+        """Run the session's next pass now if it may (Session.run_ahead); its record, or None.
         A pass that fails costs only the head start: it is logged and dropped with whatever it
         wrote, and the round will have its own pass."""
         started = time.perf_counter()
         try:
-            if not (session.wants_ahead() and session.run_ahead()):
+            if not session.run_ahead():
                 return None
         except Exception:  # noqa: BLE001 - see the docstring
             log.exception("a pass run ahead failed")

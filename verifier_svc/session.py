@@ -116,17 +116,15 @@ class Session:
         start = len(self.cache)
         return PreparedRound(round_, tree, q_ids, q_probs, start, self.tokens[start:], self.ahead)
 
-    def wants_ahead(self) -> bool:
-        """Whether the next pass may run before its round arrives (run_ahead): the session is
-        plain, open, has none run ahead, and its next round fits in the context."""
-        return self.plain and not self.closed and self.ahead is None and len(self.tokens) < self.limits.context_length
-
     def run_ahead(self) -> bool:
         """Score the last committed token now, before the round that asks for it: its logits go
-        to `ahead`, its entry into the cache. Returns whether a pass ran (not for a session that
-        ended, or whose cache does not hold all but that token). Runs on the target's thread."""
+        to `ahead`, its entry into the cache. Returns whether a pass ran: only for a plain, open
+        session whose cache holds all but that token (so none ran ahead yet) and whose next round
+        fits in the context. Runs on the target's thread."""
         cache = self.cache  # the stream's close may drop it meanwhile; this pass then scores for nobody
-        if self.closed or cache is None or self.ahead is not None or len(self.tokens) - len(cache) != 1:
+        if not self.plain or self.closed or cache is None or len(self.tokens) - len(cache) != 1:
+            return False
+        if len(self.tokens) >= self.limits.context_length:
             return False
         self.ahead = self.target.score(cache, self.tokens[-1:], chain([]))
         return True

@@ -46,9 +46,6 @@ class FakeSession:
     def cached_tokens(self) -> int:
         return len(self.cache or [])
 
-    def wants_ahead(self) -> bool:  # passes run ahead: tests/verifier_svc/test_ahead_pass.py
-        return False
-
     def prepare(self, round_: RoundInput) -> FakePrepared:
         if self.closed:
             raise FailedPrecondition("round", "the session has ended")
