@@ -40,7 +40,6 @@ import statistics
 import sys
 import tempfile
 import time
-import urllib.request
 from collections import Counter
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
@@ -50,6 +49,7 @@ from bench import machine
 from bench.prompts import TASKS, Prompt, add_prompts_flag, load_bench_questions, select
 from specdec.client import AsyncClient
 from specdec.launcher import LocalCluster, Service, free_port
+from specdec.metrics import scrape_metrics
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -139,23 +139,22 @@ class Meters:
 
     def __init__(self, cluster: LocalCluster, verifier_metrics_port: int) -> None:
         self.services: tuple[Service, ...] = (cluster.drafter, cluster.verifier)
-        self.url = f"http://127.0.0.1:{verifier_metrics_port}/metrics"
+        self.port = verifier_metrics_port
 
-    def _metrics(self) -> dict[str, str]:
+    def _metrics(self) -> dict[str, float]:
         """The verifier's /metrics samples, by series name."""
-        text = urllib.request.urlopen(self.url, timeout=5).read().decode()
-        return dict(line.split()[:2] for line in text.splitlines() if line and line[0] != "#")
+        return scrape_metrics(self.port)
 
     def read(self) -> dict[str, float | None]:
         values: dict[str, float | None] = {f"{s.kind}_cpu_seconds": s.cpu_seconds() for s in self.services}
-        lines = self._metrics()
-        return values | {key: float(lines[name]) if name in lines else None for key, name in PASS_COUNTERS.items()}
+        samples = self._metrics()
+        return values | {key: samples.get(name) for key, name in PASS_COUNTERS.items()}
 
     async def idle(self, timeout: float = 60.0) -> None:
         """Wait until the verifier holds no session: the cancelled requests of a half are freed
         before the next half starts."""
         deadline = time.perf_counter() + timeout
-        while float((await asyncio.to_thread(self._metrics)).get(OPEN_SESSIONS, 0)) and time.perf_counter() < deadline:
+        while (await asyncio.to_thread(self._metrics)).get(OPEN_SESSIONS, 0) and time.perf_counter() < deadline:
             await asyncio.sleep(0.05)
 
 

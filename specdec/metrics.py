@@ -1,4 +1,5 @@
-"""Prometheus metrics of both services, served over HTTP on `metrics_port` (0: off).
+"""Prometheus metrics of both services, served over HTTP on `metrics_port` (0: off), and
+`scrape_metrics`, which reads them back (the benchmarks and tests).
 
 Names follow what the ecosystem already reads: the spec-decode counters carry vLLM's names
 (num_drafts = target passes with a draft, num_draft_tokens, num_accepted_tokens; mean
@@ -14,9 +15,11 @@ reached position i), and errors by status code. Tokens/s is `rate()` of the toke
 
 from __future__ import annotations
 
+import urllib.request
 from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.parser import text_string_to_metric_families
 
 from specdec.v1 import drafter_pb2
 
@@ -99,3 +102,15 @@ def serve_metrics(registry: CollectorRegistry, host: str, port: int) -> None:
     """Serve /metrics on host:port in a background thread (nothing when port is 0)."""
     if port:
         start_http_server(port, addr=host, registry=registry)
+
+
+def scrape_metrics(port: int, host: str = "127.0.0.1", timeout: float = 5.0) -> dict[str, float]:
+    """Every sample of the /metrics served on host:port, by name, its labels in braces after it
+    (`name{label=value,...}`, sorted); what the benchmarks and tests read from the services."""
+    text = urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=timeout).read().decode()
+    values = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
+            values[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
+    return values

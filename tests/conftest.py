@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from specdec.launcher import LocalCluster, free_port
+from specdec.metrics import scrape_metrics
 from specdec.model_files import tokenizer_dir
 from specdec.tokenizer import Tokenizer
 
@@ -97,17 +96,6 @@ def matrix_model_folder(tmp_path_factory: pytest.TempPathFactory):  # type: igno
         return folders[name]
 
     return folder
-
-
-def scrape_metrics(port: int) -> dict[str, float]:
-    """Every sample of the /metrics served on `port`, by name, labels in braces after it."""
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    values = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
-            values[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
-    return values
 
 
 def verifier_metrics(cluster: LocalCluster) -> dict[str, float]:

@@ -14,14 +14,13 @@ import torch
 
 from specdec.grpc_server import ExceptionToStatusInterceptor
 from specdec.launcher import free_port
-from specdec.metrics import VerifierMetrics, serve_metrics
+from specdec.metrics import VerifierMetrics, scrape_metrics, serve_metrics
 from specdec.round_price import RoundPrice
 from specdec.v1 import common_pb2, verifier_pb2, verifier_pb2_grpc
 from verifier_svc.backends.pass_timing import time_lone_passes
 from verifier_svc.kv_cache import kv_bytes_per_token
 from verifier_svc.servicer import Batching, VerifierServicer
 from verifier_svc.target_model import TargetModel
-from tests.conftest import scrape_metrics
 
 PROMPTS = [
     "The quick brown fox jumps over the lazy dog. The quick brown fox",
