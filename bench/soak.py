@@ -4,14 +4,19 @@ Two verifiers and a drafter run as local processes. `--clients` threads send req
 back: a random prompt of a fixed set, greedy (compared token by token with that prompt's
 reference output, computed before any fault) or sampled (seeded; counted, not compared), a
 random max_new_tokens, and with probability `--cancel-rate` the client walks away after a random
-number of chunks (the tokens it got must still be a prefix of the reference). Every
+number of chunks (the tokens it got must still be a prefix of the reference). With probability
+`--plain-rate` a request decodes without speculation (num_draft_tokens 0; greedy, it must still
+equal the reference, which speculated): when it is a verifier's only session, that verifier runs
+its next pass ahead of each round (docs/design/ahead-passes.md). Every
 `--fault-seconds` one verifier, chosen at random, is killed with SIGKILL and started again on
 its port a few seconds later; the drafter resumes the sessions it had elsewhere.
 
 The report (JSON and markdown under bench/results/): requests served, errors by status code,
-tokens lost / duplicated / different against the reference (must all be 0), resumes, and the
+tokens lost / duplicated / different against the reference (must all be 0), resumes, the
+verifiers' passes run ahead and taken (their /metrics, read before each kill and at the end), and the
 resident memory (RSS) of each process over time with its growth per 1,000 sessions (least
-squares over the samples after the first minute; verifier incarnations separately).
+squares: the drafter's after the first minute, each verifier process's from 30 s after it began
+serving).
 
     flock /tmp/specdec-cpu.lock python -m bench.soak --minutes 10
 """
@@ -26,7 +31,6 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime, timezone
@@ -37,9 +41,11 @@ import grpc
 from bench import machine
 from specdec.client import Client
 from specdec.launcher import Service, free_port
+from specdec.metrics import scrape_metrics
 from specdec.v1 import verifier_pb2, verifier_pb2_grpc
 
 RESULTS = Path(__file__).resolve().parent / "results"
+AHEAD_PASSES, AHEAD_PASSES_USED = "specdec_verifier_ahead_passes", "specdec_verifier_ahead_passes_used"  # specdec/metrics.py
 PROMPTS = [
     "Write a short poem about the sea.",
     "Explain what a hash table is in two sentences.",
@@ -57,6 +63,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--max-new-tokens", type=int, default=40, help="the largest max_new_tokens drawn (and the reference length)")
     p.add_argument("--cancel-rate", type=float, default=0.15)
     p.add_argument("--sampled-rate", type=float, default=0.2, help="share of requests sampled at temperature 0.8")
+    p.add_argument("--plain-rate", type=float, default=0.2, help="share of requests decoded without speculation (num_draft_tokens 0)")
     p.add_argument("--fault-seconds", type=float, default=60.0, help="a verifier is killed every this many seconds (0: never)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, default=RESULTS)
@@ -92,8 +99,10 @@ class Soak:
         self.rng = random.Random(args.seed)
         self.lock = threading.Lock()
         self.verifier_args = ["--max-sessions", "16", "--grace-seconds", "10"]
-        self.verifiers = [Service("verifier", self.verifier_args, logs / f"verifier-{i}.log") for i in range(2)]
+        self.verifier_metrics_ports = [free_port(), free_port()]
         self.incarnation = [0, 0]
+        self.serving = [True, True]  # whether each verifier's current process has started serving
+        self.verifiers = [self._verifier(i, []) for i in range(2)]
         self.metrics_port = free_port()
         self.drafter = Service(
             "drafter",
@@ -116,6 +125,22 @@ class Soak:
         self.kills: list[dict] = []
         self.rss: list[dict] = []
         self.references: dict[str, list[int]] = {}
+        self.plain = 0  # requests decoded without speculation
+        self.ahead = Counter[str]()  # passes run ahead and taken, summed over every verifier process
+
+    def _verifier(self, index: int, extra: list[str]) -> Service:
+        args = [*self.verifier_args, "--metrics-port", str(self.verifier_metrics_ports[index]), *extra]
+        return Service("verifier", args, self.logs / f"verifier-{index}-{self.incarnation[index]}.log")
+
+    def count_ahead_passes(self, index: int) -> None:
+        """Add verifier `index`'s passes run ahead and taken (its /metrics) to the run's sums."""
+        try:
+            samples = scrape_metrics(self.verifier_metrics_ports[index])
+        except OSError:
+            return
+        with self.lock:
+            self.ahead["run"] += samples.get(AHEAD_PASSES, 0.0)
+            self.ahead["taken"] += samples.get(AHEAD_PASSES_USED, 0.0)
 
     def reference_outputs(self) -> None:
         with Client(self.drafter.address) as client:
@@ -123,9 +148,9 @@ class Soak:
                 self.references[prompt] = client.generate(**self._request(prompt, self.args.max_new_tokens)).token_ids
 
     @staticmethod
-    def _request(prompt: str, max_new_tokens: int, seed: int | None = None) -> dict:
+    def _request(prompt: str, max_new_tokens: int, seed: int | None = None, plain: bool = False) -> dict:
         return dict(messages=[{"role": "user", "content": prompt}], max_new_tokens=max_new_tokens,
-                    temperature=0.0 if seed is None else 0.8, seed=seed, num_draft_tokens=4)
+                    temperature=0.0 if seed is None else 0.8, seed=seed, num_draft_tokens=0 if plain else 4)
 
     def client_loop(self, index: int) -> None:
         rng = random.Random(self.args.seed * 1000 + index)
@@ -135,12 +160,14 @@ class Soak:
                 max_new = rng.randint(4, self.args.max_new_tokens)
                 sampled = rng.random() < self.args.sampled_rate
                 cancel_after = rng.randint(1, 6) if rng.random() < self.args.cancel_rate else None
+                plain = rng.random() < self.args.plain_rate
                 with self.lock:
                     self.sessions += 1
+                    self.plain += plain
                 tokens: list[int] = []
                 chunks = 0
                 try:
-                    stream = client.stream(**self._request(prompt, max_new, rng.randrange(2**32) if sampled else None))
+                    stream = client.stream(**self._request(prompt, max_new, rng.randrange(2**32) if sampled else None, plain))
                     finish = None
                     for chunk in stream:
                         tokens += chunk.token_ids
@@ -187,15 +214,16 @@ class Soak:
             victim = self.verifiers[index]
             with self.lock:
                 open_sessions = self._open_sessions(victim)
+            self.count_ahead_passes(index)
+            self.serving[index] = False
             victim.process.kill()
             victim.process.wait()
             killed = time.monotonic()
             time.sleep(rng.uniform(1, 5))
             self.incarnation[index] += 1
-            self.verifiers[index] = Service(
-                "verifier", [*self.verifier_args, "--port", str(victim.port)], self.logs / f"verifier-{index}-{self.incarnation[index]}.log"
-            )
+            self.verifiers[index] = self._verifier(index, ["--port", str(victim.port)])
             self.verifiers[index].wait_serving(900)
+            self.serving[index] = True
             self.kills.append({"verifier": index, "open_sessions_when_killed": open_sessions,
                                "back_after_seconds": round(time.monotonic() - killed, 1)})
 
@@ -214,11 +242,11 @@ class Soak:
             for i, v in enumerate(self.verifiers):
                 sample[f"verifier{i}"] = rss_mb(v.process.pid)
                 sample[f"verifier{i}_incarnation"] = self.incarnation[i]
+                sample[f"verifier{i}_serving"] = self.serving[i]
             self.rss.append(sample)
 
     def drafter_open_sessions(self) -> float:
-        text = urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5).read().decode()
-        return float(next(line.split()[1] for line in text.splitlines() if line.startswith("specdec_drafter_open_sessions ")))
+        return scrape_metrics(self.metrics_port)["specdec_drafter_open_sessions"]
 
     def memory_growth(self) -> dict[str, object]:
         return memory_growth(self.rss)
@@ -232,14 +260,16 @@ class Soak:
 
 def memory_growth(rss: list[dict]) -> dict[str, object]:
     """MB per 1,000 sessions (all sessions, both verifiers'), least squares: the drafter after
-    the first minute; each verifier process after its first 30 s (loading, warm-up), for
-    processes that then lived at least 60 s (None otherwise)."""
+    the first minute; each verifier process from 30 s after it began serving (its start, which
+    loads and times passes, took up to 90 s beside a serving verifier on 2 cores), for processes
+    that then served at least 60 s more (None otherwise). Runs from before the serving flag was
+    sampled count from the process's first sample."""
     warm = [s for s in rss if s["t"] >= 60] or rss
     growth: dict[str, object] = {"drafter": slope_per_1000([(s["sessions"], s["drafter"]) for s in warm if s["drafter"]])}
     for i in range(2):
         lives: dict[int, list[tuple[float, int, float]]] = {}
         for s in rss:
-            if s[f"verifier{i}"]:
+            if s[f"verifier{i}"] and s.get(f"verifier{i}_serving", True):
                 lives.setdefault(s[f"verifier{i}_incarnation"], []).append((s["t"], s["sessions"], s[f"verifier{i}"]))
         growth[f"verifier{i}"] = {}
         for life, points in lives.items():
@@ -254,8 +284,9 @@ def write_report(soak: Soak, args: argparse.Namespace, seconds: float, leftover:
     args.out.mkdir(parents=True, exist_ok=True)
     report = {
         "stamp": stamp, "minutes": round(seconds / 60, 2), "clients": args.clients, "max_new_tokens": args.max_new_tokens,
-        "cancel_rate": args.cancel_rate, "sampled_rate": args.sampled_rate, "fault_seconds": args.fault_seconds, "seed": args.seed,
-        "sessions": soak.sessions, "served": soak.served, "cancelled": soak.cancelled, "errors": dict(soak.errors),
+        "cancel_rate": args.cancel_rate, "sampled_rate": args.sampled_rate, "plain_rate": args.plain_rate,
+        "fault_seconds": args.fault_seconds, "seed": args.seed, "sessions": soak.sessions, "plain_sessions": soak.plain,
+        "ahead_passes": dict(soak.ahead), "served": soak.served, "cancelled": soak.cancelled, "errors": dict(soak.errors),
         "error_samples": soak.error_samples, "greedy_checked": soak.checked, "tokens_lost": soak.lost,
         "tokens_duplicated": soak.duplicated, "tokens_different": soak.different, "mismatches": soak.mismatches,
         "resumes": soak.resumes, "verifier_kills": soak.kills, "memory_growth_mb_per_1000_sessions": soak.memory_growth(),
@@ -281,13 +312,14 @@ def render(report: dict) -> str:
         f"verifier {i}: " + ", ".join(f"process {int(life) + 1}: {mb(g, True)}" for life, g in growth[f"verifier{i}"].items())
         for i in range(2)
     )
-    kills = report["verifier_kills"]
+    kills, ahead = report["verifier_kills"], report.get("ahead_passes", {})
     lines = [
         f"# Soak run {report.get('stamp', '')}", "",
         f"{report['minutes']} minutes, {report['clients']} clients, max_new_tokens 4-{report['max_new_tokens']} "
         f"(greedy requests compared with a reference output per prompt), {report['cancel_rate']:.0%} cancelled by the client "
-        f"after 1-6 chunks, {report['sampled_rate']:.0%} sampled at temperature 0.8; every {report['fault_seconds']:.0f} s one of "
-        "the two verifiers is killed (SIGKILL) and started again on its port 1-5 s later.", "",
+        f"after 1-6 chunks, {report['sampled_rate']:.0%} sampled at temperature 0.8, {report.get('plain_rate', 0):.0%} decoded "
+        f"without speculation; every {report['fault_seconds']:.0f} s one of the two verifiers is killed (SIGKILL) and started "
+        "again on its port 1-5 s later.", "",
         "| measure | value |", "|---|---|",
         f"| sessions started | {report['sessions']} |",
         f"| served to the end | {report['served']} |",
@@ -295,6 +327,8 @@ def render(report: dict) -> str:
         f"| errors by code | {report['errors'] or 'none'} |",
         f"| verifier kills | {len(kills)} (sessions open on the victim: {[k['open_sessions_when_killed'] for k in kills]}) |",
         f"| resumes (in generations that finished) | {report['resumes']} |",
+        f"| decoded without speculation | {report.get('plain_sessions', 0)} "
+        f"(passes run ahead: {ahead.get('run', 0):.0f}, taken by their round: {ahead.get('taken', 0):.0f}) |",
         f"| greedy outputs checked against the reference | {report['greedy_checked']} |",
         f"| tokens lost / duplicated / different | {report['tokens_lost']} / {report['tokens_duplicated']} / {report['tokens_different']} |",
         f"| open sessions after the run | {report['after']} |",
@@ -336,6 +370,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             faults.join(timeout=900)
         seconds = time.monotonic() - started
         time.sleep(2)
+        for index in range(2):
+            soak.count_ahead_passes(index)
         leftover = {"drafter": soak.drafter_open_sessions(), **{f"verifier{i}": Soak._open_sessions(v) for i, v in enumerate(soak.verifiers)}}
         path = write_report(soak, args, seconds, leftover)
         print(f"wrote {path}")
