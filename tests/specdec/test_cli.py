@@ -26,6 +26,20 @@ def test_numpy_starts_no_blas_worker_threads_unless_asked() -> None:
     assert _threads_after_import(OPENBLAS_NUM_THREADS="2") == 2
 
 
+def _spin_count_after_import(**env: str) -> str:
+    base = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
+    script = "import sys, os, specdec.cli; print('torch' in sys.modules, os.environ.get('GOMP_SPINCOUNT'))"
+    out = subprocess.run([sys.executable, "-c", script], env={**base, **env}, capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
+def test_torch_spins_briefly_unless_asked_otherwise() -> None:
+    # Set before torch loads (libgomp reads it then): the command imports no torch itself.
+    assert _spin_count_after_import() == "False 10000"
+    assert _spin_count_after_import(GOMP_SPINCOUNT="5") == "False 5"
+    assert _spin_count_after_import(OMP_WAIT_POLICY="ACTIVE") == "False None"
+
+
 def test_help_lists_each_command_on_one_line(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     from specdec.cli import main
 
