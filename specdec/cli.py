@@ -19,11 +19,10 @@ import grpc
 # docs/design/blas-thread.md). Neither service needs threaded numpy: their tensor work runs in
 # torch and onnxruntime. Set before any command imports numpy; an explicit setting wins.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-# torch's OpenMP threads (libgomp) spin 300,000 rounds at each wait by default. Beside another
-# busy process on the same cores, a verifier's torch passes then burn their slices spinning for a
-# descheduled partner: a verifier starting beside a serving one took 150-164 s to serve and
-# starved it; spinning 10,000 rounds, 40-42 s, with batched passes as fast as before
-# (docs/design/openmp-spin.md). Read when torch loads; a user's GOMP_SPINCOUNT or
+# torch's OpenMP threads (libgomp) spin 300,000 rounds at each wait by default: beside another
+# busy process on the same cores (a verifier starting, a drafter) they spin through their slices
+# for a descheduled partner and both processes crawl. 10,000 rounds leave torch's passes as fast
+# when alone (docs/design/openmp-spin.md). Read when torch loads; a user's GOMP_SPINCOUNT or
 # OMP_WAIT_POLICY wins.
 if "OMP_WAIT_POLICY" not in os.environ:
     os.environ.setdefault("GOMP_SPINCOUNT", "10000")
