@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from openai import OpenAI
 
-from specdec.launcher import LocalCluster, Service, free_port
+from specdec.launcher import LocalCluster, Service
 from tests.conftest import services
 
 TOKEN = "gateway-test-token"
@@ -27,7 +27,6 @@ class Gateway:
     base_url: str
     token: str
     cluster: LocalCluster
-    verifier_metrics_url: str
 
     def client(self, api_key: str | None = None) -> OpenAI:
         return OpenAI(base_url=f"{self.base_url}/v1", api_key=api_key or self.token, max_retries=0, timeout=600)
@@ -65,16 +64,15 @@ def wait_for(condition: Callable[[], bool], timeout: float) -> None:
 @pytest.fixture(scope="package")
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     logs = tmp_path_factory.mktemp("gateway-logs")
-    metrics_port = free_port()
     token_file = logs / "token"
     token_file.write_text(TOKEN + "\n")
     # pass-size tuning only makes passes faster; skipped, the cluster is ready sooner
-    with services(logs, "--metrics-port", str(metrics_port), "--tune-pass-sizes", "false") as cluster:
+    with services(logs, "--tune-pass-sizes", "false") as cluster:  # its verifier serves /metrics (verifier_metrics)
         service = Service("openai", ["--drafter", cluster.address, "--auth-token-file", str(token_file),
                                      "--drafter-poll-seconds", "0.2"], Path(logs) / "gateway.log")
         try:
             base_url = f"http://127.0.0.1:{service.port}"
             wait_for(lambda: urllib.request.urlopen(f"{base_url}/health", timeout=5).status == 200, 60)
-            yield Gateway(service, base_url, TOKEN, cluster, f"http://127.0.0.1:{metrics_port}/metrics")
+            yield Gateway(service, base_url, TOKEN, cluster)
         finally:
             assert service.stop() == 0, (Path(logs) / "gateway.log").read_text()[-2000:]

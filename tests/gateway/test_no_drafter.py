@@ -12,7 +12,7 @@ from tests.gateway.conftest import Gateway, wait_for
 def test_without_a_ready_drafter_health_and_requests_get_503(tmp_path: Path) -> None:
     service = Service("openai", ["--drafter", f"127.0.0.1:{free_port()}", "--drafter-poll-seconds", "0.2"], tmp_path / "gateway.log")
     try:
-        gateway = Gateway(service, f"http://127.0.0.1:{service.port}", "", None, "")  # type: ignore[arg-type]
+        gateway = Gateway(service, f"http://127.0.0.1:{service.port}", "", None)  # type: ignore[arg-type]
         wait_for(lambda: gateway.http("GET", "/health")[0] == 503, 30)
         status, headers, body = gateway.http("GET", "/health")
         assert "no drafter is ready" in json.loads(body)["error"]["message"]

@@ -14,12 +14,12 @@ import json
 import re
 import threading
 import time
-import urllib.request
 
 import openai
 import pytest
 
 from specdec.client import Client
+from tests.conftest import verifier_metrics
 from tests.gateway.conftest import TOKEN, Gateway
 
 MODEL = "SmolLM2-135M-Instruct"
@@ -164,8 +164,7 @@ def test_a_missing_or_wrong_token_gets_401(gateway: Gateway) -> None:
 
 
 def open_sessions(gateway: Gateway) -> float:
-    text = urllib.request.urlopen(gateway.verifier_metrics_url, timeout=5).read().decode()
-    return float(re.search(r"^specdec_verifier_open_sessions (\S+)$", text, re.M).group(1))  # type: ignore[union-attr]
+    return verifier_metrics(gateway.cluster)["specdec_verifier_open_sessions"]
 
 
 def test_a_client_that_disconnects_mid_stream_frees_the_verifier_session(gateway: Gateway) -> None:

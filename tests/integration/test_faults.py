@@ -13,7 +13,6 @@ import asyncio
 import signal
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +21,7 @@ import pytest
 
 from specdec.client import AsyncClient, Client
 from specdec.launcher import Service, free_port
+from specdec.metrics import scrape_metrics
 from specdec.v1 import verifier_pb2, verifier_pb2_grpc
 
 pytestmark = pytest.mark.slow
@@ -81,8 +81,7 @@ def _open_sessions(verifier: Service) -> int:
 
 
 def _drafter_open_sessions(faults: Faults) -> float:
-    text = urllib.request.urlopen(f"http://127.0.0.1:{faults.metrics_port}/metrics", timeout=5).read().decode()
-    return float(next(line.split()[1] for line in text.splitlines() if line.startswith("specdec_drafter_open_sessions ")))
+    return scrape_metrics(faults.metrics_port)["specdec_drafter_open_sessions"]
 
 
 def _holder(faults: Faults) -> Service:
