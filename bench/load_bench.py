@@ -12,23 +12,23 @@ requests still running at its end are cancelled (the next half starts when the v
 no session). Decoding is greedy and speculation exact, so both halves generate the same tokens
 from the same prompts, the faster half further along them. Client i's first request of a half
 asks for (i + 1) / N of `--max-new-tokens` (`first_request_tokens`) and is left out of the
-latency samples: the requests in flight are then spread over their lives as in a steady state.
-Started together with equal lengths, plain decoding's requests ended together and restarted
-together, and a window about two requests' lives long counted more prompt rows per generated
-token in one mode than in the other, by its phase (at N = 16, 4.6 in speculation's halves
-against 4.2 in plain decoding's, 14 pairs of 16; staggered, 5.7-6.8 in both). Pairs repeat
-until `--seconds` per N is spent, at least `--min-pairs` and at most `--max-pairs`; the median of
-the pairs' ratios, with its min-max spread, and all tokens over all seconds are reported. The verifier runs with
-its prefix cache off (`--prefix-cache-tokens=0`) unless a `--verifier-arg` sets it: with it on,
-the second half of a pair reuses the prefills the first half paid for, and the mode that runs
-first over new prompts loses (at N = 16 here, speculation first: pairs 0.56-0.78 against 0.88-1.00).
+latency samples, so the requests in flight are spread over their lives as in a steady state:
+started together with equal lengths, plain decoding's requests end and restart together, and a
+window about two requests' lives long counted more prompt rows per generated token in one mode
+than in the other (docs/benchmarks.md, Load). Pairs repeat until `--seconds` per N is spent, at
+least `--min-pairs` and at most `--max-pairs`; the median of the pairs' ratios, with its min-max
+spread, and all tokens over all seconds are reported. The verifier runs with its prefix cache
+off (`--prefix-cache-tokens=0`) unless a `--verifier-arg` sets it: with it on, the second half
+of a pair reuses the prefills the first half paid for, and the mode that runs first over new
+prompts loses (at N = 16 here, speculation first: pairs 0.56-0.78 against 0.88-1.00).
 
 Per (N, mode): aggregate throughput (tokens in the windows / their seconds); over the requests
-that finished (each client's first left out), p50/p99 time to first token, p50/p99 per-token latency ((last - first token
-time) / (tokens - 1) per request), drafted nodes and target passes per token; over the windows,
-the CPU milliseconds per generated token each service's process used (all its threads: a
-drafter's work beside the verifier shows here even when it drafts nothing) and the verifier's
-rounds per pass (its /metrics counters). Prints a markdown table and writes JSON and a PNG (with
+that finished (each client's first left out), p50/p99 time to first token, p50/p99 per-token
+latency ((last - first token time) / (tokens - 1) per request), drafted nodes and target passes
+per token; over the windows, the CPU milliseconds per generated token each service's process
+used (all its threads: a drafter's work beside the verifier shows here even when it drafts
+nothing) and the verifier's rounds per pass and rows per generated token (its /metrics
+counters; the rows only in the JSON). Prints a markdown table and writes JSON and a PNG (with
 matplotlib) under bench/results/.
 
     flock /tmp/specdec-cpu.lock python -m bench.load_bench --clients 1 2 4 8 16 32 --seconds 60 \

@@ -1,5 +1,5 @@
-"""bench/load_bench.py's verifier flags (the prefix cache off unless asked for) and its staggered first requests (the runs
-themselves are the benchmark's)."""
+"""bench/load_bench.py's verifier flags (the prefix cache off unless asked for) and its
+staggered first requests (the runs themselves are the benchmark's)."""
 
 from __future__ import annotations
 
