@@ -12,10 +12,15 @@ import pytest
 COUNT_THREADS = "import specdec.cli, numpy, os; print(len(os.listdir('/proc/self/task')))"
 
 
+def _printed(script: str, cleared: tuple[str, ...], **env: str) -> str:
+    """What `script` prints in a fresh interpreter whose environment is this one's without
+    `cleared`, plus `env`."""
+    base = {k: v for k, v in os.environ.items() if k not in cleared}
+    return subprocess.run([sys.executable, "-c", script], env={**base, **env}, capture_output=True, text=True, check=True).stdout.strip()
+
+
 def _threads_after_import(**env: str) -> int:
-    base = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
-    out = subprocess.run([sys.executable, "-c", COUNT_THREADS], env={**base, **env}, capture_output=True, text=True, check=True)
-    return int(out.stdout)
+    return int(_printed(COUNT_THREADS, ("OPENBLAS_NUM_THREADS",), **env))
 
 
 @pytest.mark.skipif((os.cpu_count() or 1) < 2 or not os.path.isdir("/proc/self/task"), reason="needs 2 cores and /proc")
@@ -27,10 +32,8 @@ def test_numpy_starts_no_blas_worker_threads_unless_asked() -> None:
 
 
 def _spin_count_after_import(**env: str) -> str:
-    base = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
     script = "import sys, os, specdec.cli; print('torch' in sys.modules, os.environ.get('GOMP_SPINCOUNT'))"
-    out = subprocess.run([sys.executable, "-c", script], env={**base, **env}, capture_output=True, text=True, check=True)
-    return out.stdout.strip()
+    return _printed(script, ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY"), **env)
 
 
 def test_torch_spins_briefly_unless_asked_otherwise() -> None:
