@@ -34,6 +34,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import specdec.cli  # noqa: F401 - before torch: the thread settings the served processes run with
 import torch
 
 from bench.engine_parts import pass_breakdown
@@ -127,7 +128,8 @@ def prefilled(target: TargetModel, sessions: int, context: int) -> list[KVCache]
 
 
 def plain_decode_in_process(target: TargetModel, context: int, tokens: int) -> float:
-    """Seconds per token of greedy one-token passes after `context` cached tokens."""
+    """Seconds per token of greedy one-token passes after `context` cached tokens (each reading
+    only its argmax, as a greedy session's do)."""
     cache = prefilled(target, 1, context)[0]
     token = 5000
     started = None
@@ -135,7 +137,7 @@ def plain_decode_in_process(target: TargetModel, context: int, tokens: int) -> f
         if i == 1:  # the first pass is a warm-up
             sync()
             started = time.perf_counter()
-        token = int(target.score(cache, [token], chain([]))[0].argmax())
+        token = int(target.score(cache, [token], chain([]), argmax_only=True)[0].argmax())
     sync()
     assert started is not None
     return (time.perf_counter() - started) / tokens

@@ -73,6 +73,14 @@ class KVCacheLlama(nn.Module):
         seqlens_k: torch.Tensor, total_length: torch.Tensor, *cache: torch.Tensor,
     ) -> tuple[torch.Tensor, ...]:
         """The step of n tokens ([1, n] ids and positions; a batch of one)."""
+        hidden, present = self.trunk(input_ids, position_ids, attention_bias, seqlens_k, total_length, cache)
+        return (self.model.lm_head(hidden.index_select(1, logits_index)), *present)
+
+    def trunk(
+        self, input_ids: torch.Tensor, position_ids: torch.Tensor, attention_bias: torch.Tensor, seqlens_k: torch.Tensor,
+        total_length: torch.Tensor, cache: tuple[torch.Tensor, ...],
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """(the final norm's output [1, n, hidden], the layers' present buffers) of the step."""
         inner = self.model.model
         hidden = inner.embed_tokens(input_ids)  # [1, n, hidden]
         present: list[torch.Tensor] = []
@@ -86,8 +94,27 @@ class KVCacheLlama(nn.Module):
             hidden = hidden + attn.o_proj(out)
             gate, up = self.gate_up[i](layer.post_attention_layernorm(hidden)).split(layer.mlp.up_proj.out_features, dim=-1)
             hidden = hidden + layer.mlp.down_proj(layer.mlp.act_fn(gate) * up)
-        hidden = inner.norm(hidden).index_select(1, logits_index)  # [1, m, hidden]
-        return (self.model.lm_head(hidden), *present)
+        return inner.norm(hidden), present
+
+
+class KVCacheLlamaRows(KVCacheLlama):
+    """The step with one more input and output (the verifier's, verifier_svc/greedy_head.py):
+    `rows_index` int64 [k] after total_length, and `rows` float32 [1, k, hidden] after the
+    present buffers, the final norm's output at those positions. logits_index and rows_index
+    may each be empty: a pass that takes rows only runs no output head."""
+
+    def forward(  # type: ignore[override]
+        self, input_ids: torch.Tensor, position_ids: torch.Tensor, attention_bias: torch.Tensor, logits_index: torch.Tensor,
+        seqlens_k: torch.Tensor, total_length: torch.Tensor, rows_index: torch.Tensor, *cache: torch.Tensor,
+    ) -> tuple[torch.Tensor, ...]:
+        hidden, present = self.trunk(input_ids, position_ids, attention_bias, seqlens_k, total_length, cache)
+        return (self.model.lm_head(hidden.index_select(1, logits_index)), *present, hidden.index_select(1, rows_index))
+
+
+def rows_io_names(num_layers: int) -> tuple[list[str], list[str]]:
+    """(input names, output names) of KVCacheLlamaRows' graph."""
+    inputs, outputs = io_names(num_layers, CACHE)
+    return [*inputs[:6], "rows_index", *inputs[6:]], [*outputs, "rows"]
 
 
 def _stacked(projections: list[nn.Linear]) -> nn.Linear:
@@ -101,31 +128,35 @@ def _stacked(projections: list[nn.Linear]) -> nn.Linear:
     return stacked
 
 
-def export_llama(model: nn.Module, path: Path) -> Path:
+def export_llama(model: nn.Module, path: Path, rows: bool = False) -> Path:
     """Write `path` (float32) for `model`, a LlamaForCausalLM in eval mode, with torch's
     TorchScript exporter (this graph is plain tensor code; it needs no tracing of the cache),
-    traced on a step of 2 tokens after 3 cached ones (every axis dynamic)."""
-    wrapper = KVCacheLlama(model.float().eval())
+    traced on a step of 2 tokens after 3 cached ones (every axis dynamic). `rows`: the graph of
+    KVCacheLlamaRows (rows_io_names) instead of the in_place contract's."""
+    wrapper = (KVCacheLlamaRows if rows else KVCacheLlama)(model.float().eval())
     config = model.config
-    inputs, outputs = io_names(config.num_hidden_layers, CACHE)
+    inputs, outputs = rows_io_names(config.num_hidden_layers) if rows else io_names(config.num_hidden_layers, CACHE)
     past, n = 3, 2
     ids = torch.randint(0, config.vocab_size, (1, n))
     positions = torch.arange(past, past + n).unsqueeze(0)
     lengths = (torch.tensor([past + n - 1], dtype=torch.int32), torch.tensor(past + n, dtype=torch.int32))
     buffers = [torch.randn(1, wrapper.num_kv_heads, past + n, wrapper.head_dim) for _ in range(2 * config.num_hidden_layers)]
+    buffer_names = [name for name in [*inputs, *outputs] if name.startswith(("cache_", "present_"))]
     axes = {
         "input_ids": {1: "n"},
         "position_ids": {1: "n"},
         "attention_bias": {2: "n", 3: "total"},
         "logits_index": {0: "m"},
         "logits": {1: "m"},
-        **{name: {2: "capacity"} for name in [*inputs[6:], *outputs[1:]]},
+        **({"rows_index": {0: "k"}, "rows": {1: "k"}} if rows else {}),
+        **{name: {2: "capacity"} for name in buffer_names},
     }
+    extra = (torch.tensor([n - 1]),) if rows else ()
     with torch.no_grad(), warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="You are using the legacy TorchScript-based ONNX export")
         torch.onnx.export(
             wrapper,
-            (ids, positions, causal_bias(past, n), torch.tensor([n - 1]), *lengths, *buffers),
+            (ids, positions, causal_bias(past, n), torch.tensor([n - 1]), *lengths, *extra, *buffers),
             str(path),
             input_names=inputs,
             output_names=outputs,

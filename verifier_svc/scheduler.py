@@ -272,7 +272,7 @@ class Scheduler:
     def _score(rounds: list[tuple[_Waiting, PreparedRound]]) -> list[torch.Tensor]:
         """Each round's logits from one pass (a lone round: TargetModel.score; none: no pass)."""
         if len(rounds) <= 1:
-            return [w.session.target.score(w.session.cache, p.pending, p.tree) for w, p in rounds]
+            return [w.session.target.score(w.session.cache, p.pending, p.tree, w.session.argmax_only) for w, p in rounds]
         return score_batch(rounds[0][0].session.target, [PassInput(w.session.cache, p.pending, p.tree) for w, p in rounds])
 
     def price(self, context: int, shared: int) -> RoundPrice:

@@ -85,6 +85,9 @@ class Session:
         self.race = RaceNoise(racing, target.vocab_size) if racing is not None else None
         self.closed = False
         self.plain = plain
+        # Whether a round reads only its rows' argmax: greedy, exact, logits unchanged and no
+        # logprobs (a pass may then leave out tokens that cannot be the argmax: TargetModel.score).
+        self.argmax_only = sampling.greedy and acceptance.rule != "lenient" and not self.output.shapes_logits and not output.logprobs
         # [1, vocab] logits after the last committed token, whose entry the cache then holds,
         # scored before its round arrived (run_ahead); written on the target's thread only.
         self.ahead: torch.Tensor | None = None
@@ -93,7 +96,7 @@ class Session:
         """Run one round: one target pass over the tree, the acceptance walk, the cache cut
         down to the committed prefix plus the accepted path."""
         prepared = self.prepare(round_)
-        logits = prepared.ahead if prepared.ahead is not None else self.target.score(self.cache, prepared.pending, prepared.tree)
+        logits = prepared.ahead if prepared.ahead is not None else self.target.score(self.cache, prepared.pending, prepared.tree, self.argmax_only)
         return self.finish(prepared, logits)
 
     def prepare(self, round_: RoundInput) -> PreparedRound:
@@ -126,7 +129,7 @@ class Session:
             return False
         if len(self.tokens) >= self.limits.context_length:
             return False
-        self.ahead = self.target.score(cache, self.tokens[-1:], chain([]))
+        self.ahead = self.target.score(cache, self.tokens[-1:], chain([]), self.argmax_only)
         return True
 
     def drop_ahead(self) -> None:

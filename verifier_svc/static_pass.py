@@ -150,7 +150,10 @@ class StaticLonePass:
     def __init__(self, runner: PassRunner) -> None:
         self.runner = runner
 
-    def score(self, cache: KVCache, ids: Sequence[int], positions: torch.Tensor, mask: torch.Tensor, start: int, first_row: int) -> torch.Tensor:
+    def score(
+        self, cache: KVCache, ids: Sequence[int], positions: torch.Tensor, mask: torch.Tensor, start: int, first_row: int,
+        argmax_only: bool = False,
+    ) -> torch.Tensor:
         self.runner.static.load(ids, positions, mask, start)
         logits = self.runner.run()[0, first_row : len(ids)]
         cache.written_to(start + len(ids))

@@ -76,7 +76,7 @@ class TargetModel:
         return self.backend.new_cache()
 
     @torch.inference_mode()
-    def score(self, cache: KVCache, pending: Sequence[int], tree: TokenTree) -> torch.Tensor:
+    def score(self, cache: KVCache, pending: Sequence[int], tree: TokenTree, argmax_only: bool = False) -> torch.Tensor:
         """Append the pending tokens (committed, not yet cached; at least one, the last being the
         tree's root) and the tree's n nodes to the cache in ONE forward pass with the tree mask
         (within each layer's window: layer_masks.py). Return [n+1, vocab] float32 logits on the CPU: row 0 after the root, row i+1 after node i.
@@ -86,6 +86,9 @@ class TargetModel:
         size) with tokens no real token attends to. The cache grows by
         exactly len(pending) + n entries: the pending tokens, then the nodes in node order (see
         KVCache.keep for keeping one path).
+
+        `argmax_only`: the caller reads only each row's argmax (ties to the lowest id), so a row
+        may hold -inf for tokens that cannot be its argmax (a lone pass's choice: backends/base.py).
         """
         start, n = len(cache), len(tree)
         real = len(pending) + n
@@ -95,7 +98,7 @@ class TargetModel:
         lone = self.backend.lone_pass(cache, start, real)
         if lone is not None:  # a static pass, perhaps recorded, or another engine's step
             with self.kernels():
-                return lone.score(cache, ids, positions, mask, start, len(pending) - 1).float().cpu()
+                return lone.score(cache, ids, positions, mask, start, len(pending) - 1, argmax_only).float().cpu()
         size = self.pass_tokens[real - 1] if real <= len(self.pass_tokens) else real
         padding = size - real if start + size <= self.context_length else 0
         if padding:  # padding sees the cache and itself; no real token sees it

@@ -2,7 +2,8 @@
 token for token, for the copy and n-gram drafters (and the ONNX drafter: its default chain and a tree of 4 deep), draft lengths 1, 4 and 8 (and no speculation), as chains and
 as token trees (one and several branches per node, up to the verifier's 16 nodes), with fixed
 draft lengths and with the adaptive draft-length policies, with and without overlapped drafting
-(the verifier's lone passes through onnxruntime, its default on CPU); plain decoding alone, each
+(the verifier's lone passes through onnxruntime, the argmax of greedy passes of up to 4 rows from
+its int8-bounded head: its defaults on CPU); plain decoding alone, each
 token scored while its verdict travels; and a few of those with every pass in torch
 (--cpu-onnx-passes false)."""
 
@@ -69,6 +70,7 @@ def test_greedy_output_equals_transformers_generate(  # type: ignore[no-untyped-
     log = cluster.verifier.log_path.read_text()
     # Made, and kept by the start-up check against the model's forward.
     assert "onnxruntime lone passes ready" in log and "onnxruntime lone passes off" not in log, "the shared cluster serves the default engine"
+    assert "the argmax of greedy passes of up to 4 rows from an int8-bounded head" in log and "greedy head off" not in log
 
 
 def test_plain_decoding_alone_scores_each_token_before_its_round(cluster, tokenizer, reference_outputs) -> None:  # type: ignore[no-untyped-def]

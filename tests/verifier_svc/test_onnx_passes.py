@@ -125,6 +125,49 @@ def test_a_pass_writes_its_entries_into_the_caches_buffers_where_they_lie(llama)
         assert torch.allclose(mine.keys, theirs.keys, atol=1e-5) and torch.allclose(mine.values, theirs.values, atol=1e-5)
 
 
+def test_greedy_passes_of_up_to_greedy_rows_find_their_argmax_with_the_int8_bounded_head(llama) -> None:  # type: ignore[no-untyped-def]
+    """A pass whose rows are read only for their argmax, of up to GREEDY_ROWS rows, takes the
+    final norm's rows from the graph and the greedy head's logits (the full logits' argmax, the
+    tokens kept with their logits); a larger one runs the graph's head as any other pass."""
+    target, _ = llama
+    onnx = onnx_of(target)
+    rng = random.Random(11)
+    prompt = [rng.randrange(3, VOCAB) for _ in range(20)]
+    greedy_cache, full_cache = target.new_cache(), target.new_cache()
+    runs = onnx.greedy_runs
+    for cache, argmax_only in ((greedy_cache, True), (full_cache, False)):
+        target.score(cache, prompt[:-1], chain([]), argmax_only)
+    assert onnx.greedy_runs == runs + 1
+    pending = prompt[-1:]
+    rounds = ([], [7], [7, 8], [9], [], [4, 5, 6, 7])
+    for drafted in rounds:
+        greedy = target.score(greedy_cache, pending, chain(drafted), argmax_only=True)
+        full = target.score(full_cache, pending, chain(drafted))
+        assert torch.equal(greedy.argmax(dim=1), full.argmax(dim=1))
+        kept = torch.isfinite(greedy)
+        assert torch.allclose(greedy[kept], full[kept], atol=LOGIT_ATOL)
+        assert bool(kept.all()) == (len(drafted) + 1 > onnx_passes.GREEDY_ROWS), "only small passes leave tokens out"
+        pending = [int(full[-1].argmax())]
+    assert onnx.greedy_runs == runs + 1 + sum(len(drafted) + 1 <= onnx_passes.GREEDY_ROWS for drafted in rounds)
+
+
+def test_a_greedy_head_that_differs_from_the_models_forward_is_turned_off_at_start(llama, monkeypatch, caplog) -> None:  # type: ignore[no-untyped-def]
+    target, _ = llama
+    backend, onnx = target.backend, onnx_of(target)
+    assert onnx.greedy
+    try:
+        backend.prepare(target)
+        assert onnx.greedy and "; the argmax of greedy passes of up to 4 rows from an int8-bounded head" in backend.engine()
+        monkeypatch.setattr(onnx_passes, "rescored", lambda head, hidden, candidates: torch.from_numpy(hidden @ head.T).flip(dims=[1]))
+        with caplog.at_level(logging.WARNING, logger="verifier_svc.backends.cpu"):
+            backend.prepare(target)
+        assert backend.onnx is onnx and not onnx.greedy
+        assert "the int8-bounded greedy head off: its argmax or logits differ from the model's forward" in caplog.text
+        assert "int8-bounded head" not in backend.engine()
+    finally:
+        onnx.greedy = True
+
+
 def test_a_grown_buffers_spare_room_is_finite(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """Memory fresh from torch.empty may hold NaN; a pass that reads a whole buffer behind its mask
     (a static pass) multiplies the spare room by zero weights, so it must be finite."""

@@ -32,7 +32,7 @@ class FakePrepared:
 
 
 class FakeTarget:
-    def score(self, cache, pending, tree):  # type: ignore[no-untyped-def]
+    def score(self, cache, pending, tree, argmax_only):  # type: ignore[no-untyped-def]
         return ("alone", list(tree))
 
 
@@ -42,6 +42,7 @@ class FakeSession:
         self.cache: list[int] | None = [1]
         self.target = FakeTarget()
         self.closed = False
+        self.argmax_only = False
 
     def cached_tokens(self) -> int:
         return len(self.cache or [])
@@ -111,7 +112,7 @@ def test_sessions_turning_around_are_waited_for_so_they_do_not_take_turns(monkey
         return [("batched", list(x.tree)) for x in inputs]
 
     monkeypatch.setattr(scheduler_module, "score_batch", slow_batch)
-    monkeypatch.setattr(FakeTarget, "score", lambda self, cache, pending, tree: time.sleep(pass_seconds) or ("alone", list(tree)))
+    monkeypatch.setattr(FakeTarget, "score", lambda self, cache, pending, tree, argmax_only: time.sleep(pass_seconds) or ("alone", list(tree)))
     passes: list[PassRecord] = []
     s = Scheduler(lambda: 2, 512, 0.003, on_pass=passes.append)
     s.pass_price.seed([pass_seconds, pass_seconds], 1)  # what the verifier timed at start: the fixed cost waited up to

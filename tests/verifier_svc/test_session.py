@@ -10,8 +10,11 @@ from collections.abc import Iterator
 import pytest
 import torch
 
+from specdec.acceptance_params import AcceptanceParams
 from specdec.errors import FailedPrecondition, InvalidArgument
+from specdec.penalties import Penalties
 from specdec.sampling_params import SamplingParams
+from verifier_svc.output_rules import OutputOptions
 from verifier_svc.session import Limits, RoundInput, Session
 from verifier_svc.target_model import TargetModel
 from verifier_svc.token_tree import ROOT, build_tree, chain
@@ -233,3 +236,22 @@ def test_a_cut_prepared_round_is_the_prepared_prefix(target: TargetModel) -> Non
     width = fresh.q_ids.shape[1]  # the cut keeps the full round's padding width (padding: probability 0)
     assert torch.equal(cut.q_ids[:, :width], fresh.q_ids) and torch.equal(cut.q_probs[:, :width], fresh.q_probs)
     assert not cut.q_probs[:, width:].any()
+
+
+@pytest.mark.parametrize(
+    "sampling,acceptance,output,argmax_only",
+    [
+        (GREEDY, AcceptanceParams(), OutputOptions(), True),
+        (SamplingParams(0.7), AcceptanceParams(), OutputOptions(), False),
+        (GREEDY, AcceptanceParams("lenient", 0.5), OutputOptions(), False),
+        (GREEDY, AcceptanceParams(), OutputOptions(logprobs=True), False),
+        (GREEDY, AcceptanceParams(), OutputOptions(penalties=Penalties(repetition_penalty=1.2)), False),
+    ],
+)
+def test_only_rounds_that_read_nothing_but_the_argmax_let_a_pass_leave_tokens_out(  # type: ignore[no-untyped-def]
+    target: TargetModel, sampling: SamplingParams, acceptance: AcceptanceParams, output: OutputOptions, argmax_only: bool
+) -> None:
+    """Greedy exact rounds without logprobs, penalties or a constraint read only each row's
+    argmax (TargetModel.score's argmax_only); every other session needs the whole rows."""
+    session = Session(target, [1, 2, 3], sampling, seed=0, limits=Limits(16, 8, 8192), acceptance=acceptance, output=output)
+    assert session.argmax_only is argmax_only

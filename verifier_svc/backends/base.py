@@ -20,9 +20,14 @@ class LonePass(Protocol):
     """A lone pass run another way than the model's forward as it is (a static pass, perhaps
     recorded as a device graph: static_pass.py; another engine's step: onnx_passes.py)."""
 
-    def score(self, cache: KVCache, ids: Sequence[int], positions: torch.Tensor, mask: torch.Tensor, start: int, first_row: int) -> torch.Tensor:
+    def score(
+        self, cache: KVCache, ids: Sequence[int], positions: torch.Tensor, mask: torch.Tensor, start: int, first_row: int,
+        argmax_only: bool = False,
+    ) -> torch.Tensor:
         """The pass of `ids` ([r] at `positions` after `start` cached entries, mask [r, start + r]
-        bool) appended to `cache`: [r - first_row, vocab] logits of its rows from `first_row` on."""
+        bool) appended to `cache`: [r - first_row, vocab] logits of its rows from `first_row` on.
+        `argmax_only`: only each row's argmax will be read, so a row may hold -inf for tokens that
+        cannot be its argmax."""
         ...
 
 

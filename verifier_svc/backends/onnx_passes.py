@@ -14,7 +14,10 @@ inputs and, at the same addresses, its present outputs, so each layer's attentio
 session's entries where they lie and writes the pass's after them; only the rows asked for go
 through the output head. Larger passes and batched passes stay torch's. The logits are the served
 model's step computed in another order (float rounding: ~3e-5 on the default model's); the tests
-hold it to torch's forward and greedy output to transformers' generate().
+hold it to torch's forward and greedy output to transformers' generate(). A pass whose rows are
+read only for their argmax (a greedy round: `argmax_only`) of up to GREEDY_ROWS rows skips the
+graph's float32 head: the graph's int8-bounded head (greedy_filter.py) names the few tokens that
+may be the argmax, and only they are scored in float32 (verifier_svc/greedy_head.py).
 """
 
 from __future__ import annotations
@@ -33,13 +36,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from drafter_build.llama_graph import CACHE, export_llama, is_llama_layout
-from drafter_build.onnx_contract import io_names
+from drafter_build.llama_graph import export_llama, is_llama_layout, rows_io_names
 from drafter_svc.draft_cache import prompt_rows
 from specdec.extras import importable
 from specdec.model_files import cache_root
 from specdec.onnx_threads import session_options
 from verifier_svc.backends.stored_steps import source_digest, store_key
+from verifier_svc.greedy_head import greedy_head_tables, rescored
 from verifier_svc.kv_cache import KVCache, kv_shape
 
 log = logging.getLogger(__name__)
@@ -50,12 +53,20 @@ log = logging.getLogger(__name__)
 # holds every head's probabilities (heads x n x (L + n) floats).
 MAX_TOKENS = 512
 HIDDEN = torch.finfo(torch.float32).min
+# Argmax-only passes of up to this many rows skip the graph's float32 head for its int8-bounded
+# one: its nodes took 0.5, 1.5, 2.1, 3.7 and 6.5 ms for 1, 2, 4, 8 and 16 rows, the float32 head
+# 2.6, 3.1, 3.2, 4.2 and 5.7 (docs/design/greedy-head.md).
+GREEDY_ROWS = 4
+CANDIDATES = "greedy_candidates"  # the graph's output of the int8-bounded head's candidates
+NO_ROWS = np.zeros(0, np.int64)
 # The store keeps the optimized step of the STORE_KEEP models (or versions of the code) used last.
 STEP_FILE = "step.onnx"
 STORE_KEEP = 3
 # The graph's code (the drafters' Llama step and its contract's names), outside this package.
 GRAPH_SOURCE = Path(__file__).resolve().parents[2] / "drafter_build"
 CONTRACT_SOURCE = Path(__file__).resolve().parents[2] / "drafter_svc" / "draft_cache.py"
+# The contract's names and the greedy head's code, which the graph holds too.
+FILTER_SOURCES = (CONTRACT_SOURCE, Path(__file__).with_name("greedy_filter.py"), Path(__file__).resolve().parents[1] / "greedy_head.py")
 
 
 class OnnxPasses:
@@ -77,8 +88,15 @@ class OnnxPasses:
         else:
             self.session = exported_session(model, options, folder)
             made = f"exported{'' if folder is None else f', kept in {folder}'}"
-        self.inputs, self.outputs = io_names(model.config.num_hidden_layers, CACHE)
+        self.inputs, self.outputs = rows_io_names(model.config.num_hidden_layers)
         self.vocab_size: int = model.config.vocab_size
+        self.hidden_size: int = model.config.hidden_size
+        # Whether argmax-only passes take the int8-bounded head (cpu.py's start-up check turns it
+        # off where it disagrees with the model's forward), and the float32 head its candidates
+        # are scored from.
+        self.greedy = True
+        self.head = model.lm_head.weight.detach().numpy()
+        self.greedy_runs = 0  # passes that took it
         self.max_positions: int = model.config.max_position_embeddings
         heads, head_dim = kv_shape(model.config)
         self._no_entries = torch.empty(1, heads, 0, head_dim)  # a new session's layers take their shape
@@ -93,20 +111,26 @@ class OnnxPasses:
         keeps them there; a pass past them would read past the tables)."""
         return real <= MAX_TOKENS and start + real <= self.max_positions
 
-    def score(self, cache: KVCache, ids: Sequence[int], positions: torch.Tensor, mask: torch.Tensor, start: int, first_row: int) -> torch.Tensor:
+    def score(
+        self, cache: KVCache, ids: Sequence[int], positions: torch.Tensor, mask: torch.Tensor, start: int, first_row: int,
+        argmax_only: bool = False,
+    ) -> torch.Tensor:
         """The pass of `ids` at `positions` ([r] after `start` cached entries, mask [r, start + r]
         bool: tree_attention_mask): [r - first_row, vocab] float32 logits of its rows from
         `first_row` on; the r new entries written into the cache's buffers in place. A session's
-        first pass, its prompt with a tree after it, runs as two (drafter_svc/draft_cache.prompt_rows)."""
+        first pass, its prompt with a tree after it, runs as two (drafter_svc/draft_cache.prompt_rows).
+        `argmax_only`: a row may hold -inf for tokens that cannot be its argmax (greedy_head.rescored)."""
         split = prompt_rows(start, positions.numpy())
         if split == len(ids):
-            return self._run(cache, ids, positions, mask, start, first_row)
+            return self._run(cache, ids, positions, mask, start, first_row, argmax_only)
         head = min(first_row, split - 1)  # the first pass returns a row at least
-        prompt = self._run(cache, ids[:split], positions[:split], mask[:split, :split], start, head)
-        tree = self._run(cache, ids[split:], positions[split:], mask[split:], start + split, max(first_row - split, 0))
+        prompt = self._run(cache, ids[:split], positions[:split], mask[:split, :split], start, head, argmax_only)
+        tree = self._run(cache, ids[split:], positions[split:], mask[split:], start + split, max(first_row - split, 0), argmax_only)
         return torch.cat([prompt[first_row - head :], tree])
 
-    def _run(self, cache: KVCache, ids: Sequence[int], positions: torch.Tensor, mask: torch.Tensor, start: int, first_row: int) -> torch.Tensor:
+    def _run(
+        self, cache: KVCache, ids: Sequence[int], positions: torch.Tensor, mask: torch.Tensor, start: int, first_row: int, argmax_only: bool,
+    ) -> torch.Tensor:
         """`score` as one run of the graph."""
         layers = cache.cache.layers
         real = len(ids)
@@ -118,15 +142,34 @@ class OnnxPasses:
         binding.bind_cpu_input("input_ids", np.asarray([ids], np.int64))
         binding.bind_cpu_input("position_ids", positions.numpy().astype(np.int64)[None])
         binding.bind_cpu_input("attention_bias", torch.where(mask, 0.0, HIDDEN).numpy()[None, None])
-        binding.bind_cpu_input("logits_index", np.arange(first_row, real, dtype=np.int64))
         binding.bind_cpu_input("seqlens_k", np.asarray([start + real - 1], np.int32))
         binding.bind_cpu_input("total_length", np.asarray(start + real, np.int32))
-        logits = torch.empty(1, real - first_row, self.vocab_size)
-        binding.bind_output("logits", "cpu", 0, np.float32, list(logits.shape), logits.data_ptr())
+        rows = np.arange(first_row, real, dtype=np.int64)
+        if not (self.greedy and argmax_only and len(rows) <= GREEDY_ROWS):
+            binding.bind_cpu_input("logits_index", rows)
+            binding.bind_cpu_input("rows_index", NO_ROWS)
+            logits = torch.empty(1, len(rows), self.vocab_size)
+            binding.bind_output("logits", "cpu", 0, np.float32, list(logits.shape), logits.data_ptr())
+            for unread in ("rows", CANDIDATES):  # empty (onnxruntime allocates them)
+                binding.bind_output(unread, "cpu")
+            self._run_binding(binding, cache, start + real)
+            return logits[0]
+        # The final norm's rows and their candidates instead of logits (greedy_head.py).
+        binding.bind_cpu_input("logits_index", NO_ROWS)
+        binding.bind_cpu_input("rows_index", rows)
+        hidden = np.empty((1, len(rows), self.hidden_size), np.float32)
+        candidates = np.empty((len(rows), self.vocab_size), np.bool_)
+        binding.bind_output("rows", "cpu", 0, np.float32, list(hidden.shape), hidden.ctypes.data)
+        binding.bind_output(CANDIDATES, "cpu", 0, np.bool_, list(candidates.shape), candidates.ctypes.data)
+        binding.bind_output("logits", "cpu")
+        self._run_binding(binding, cache, start + real)
+        self.greedy_runs += 1
+        return rescored(self.head, hidden[0], candidates)
+
+    def _run_binding(self, binding, cache: KVCache, end: int) -> None:  # type: ignore[no-untyped-def]
         self.session.run_with_iobinding(binding)
         self.runs += 1
-        cache.written_to(start + real)
-        return logits[0]
+        cache.written_to(end)
 
     @contextlib.contextmanager
     def profiling(self, prefix: Path) -> Iterator[Callable[[], str]]:
@@ -158,7 +201,7 @@ class OnnxPasses:
         if kept is not None and kept[0] == addresses:
             return kept[1]
         binding = self.session.io_binding()
-        for name, present, buffer in zip(self.inputs[6:], self.outputs[1:], buffers):
+        for name, present, buffer in zip(self.inputs[7:], self.outputs[1:-1], buffers):
             binding.bind_input(name, "cpu", 0, np.float32, list(buffer.shape), buffer.data_ptr())
             binding.bind_output(present, "cpu", 0, np.float32, list(buffer.shape), buffer.data_ptr())
         self._bindings[cache] = (addresses, binding)
@@ -166,9 +209,10 @@ class OnnxPasses:
 
 
 def graph_digest() -> str:
-    """A digest of the code the step graph is exported from: drafter_build and the contract's
-    names (drafter_svc/draft_cache.py)."""
-    return hashlib.sha256((source_digest(GRAPH_SOURCE) + hashlib.sha256(CONTRACT_SOURCE.read_bytes()).hexdigest()).encode()).hexdigest()
+    """A digest of the code the step graph is made from: drafter_build, the contract's names
+    (drafter_svc/draft_cache.py) and the greedy head's nodes and tables."""
+    parts = [source_digest(GRAPH_SOURCE), *(hashlib.sha256(path.read_bytes()).hexdigest() for path in FILTER_SOURCES)]
+    return hashlib.sha256("".join(parts).encode()).hexdigest()
 
 
 def served_layout(model: torch.nn.Module) -> bool:
@@ -214,7 +258,7 @@ def exported_session(model: torch.nn.Module, options, folder: Path | None):  # t
     import onnxruntime as ort
 
     with tempfile.TemporaryDirectory(prefix="specdec-onnx-") as work, torch.no_grad():
-        path = export_llama(model, Path(work) / STEP_FILE)
+        path = with_greedy_filter(export_llama(model, Path(work) / STEP_FILE, rows=True), model)
         if folder is not None:
             partial = Path(work) / "optimized"
             partial.mkdir()
@@ -240,3 +284,16 @@ def weights_digest(model: torch.nn.Module) -> str:
         digest.update(name.encode())
         digest.update(parameter.detach().contiguous().view(torch.uint8).numpy())
     return digest.hexdigest()
+
+
+def with_greedy_filter(path: Path, model: torch.nn.Module) -> Path:
+    """The step graph at `path` with the int8-bounded head's nodes appended (greedy_filter.py),
+    written back in place."""
+    import onnx
+
+    from verifier_svc.backends.greedy_filter import add_greedy_filter  # onnx: imported only where installed
+
+    graph_model = onnx.load(str(path))
+    add_greedy_filter(graph_model.graph, greedy_head_tables(model.lm_head.weight), "rows", CANDIDATES)
+    onnx.save(graph_model, str(path))
+    return path
