@@ -22,7 +22,8 @@ from verifier_svc.backends.compiled_layers import CompiledLayers
 from verifier_svc.backends.cpu_compiled import CompiledPassRunner, compiled_layers
 from verifier_svc.backends.cpu_tuning import keep_copies, onednn_rows_from, tune_batched_layout, tune_pass_sizes
 from verifier_svc.backends.generic import GenericBackend
-from verifier_svc.backends.onnx_passes import GREEDY_ROWS, MAX_TOKENS, OnnxPasses, default_store, missing_modules, served_layout
+from verifier_svc.backends.onnx_passes import OnnxPasses, missing_modules, served_layout
+from verifier_svc.backends.onnx_step_store import default_store
 from verifier_svc.backends.pass_timing import lone_sizes_seconds, prefilled_cache
 from verifier_svc.backends.stored_steps import StoredSteps
 from verifier_svc.kv_cache import KVCache
@@ -191,10 +192,7 @@ class CpuBackend(GenericBackend):
 
     def engine(self) -> str:
         if self.onnx is not None:
-            lone = f"lone passes of up to {MAX_TOKENS} tokens through onnxruntime, the rest in torch"
-            if self.onnx.greedy:
-                rows = "one row" if GREEDY_ROWS == 1 else f"up to {GREEDY_ROWS} rows"
-                lone += f"; the argmax of greedy passes of {rows} from an int8-bounded head"
+            lone = self.onnx.engine()
         elif self.passes is not None:
             lone = f"lone passes of sessions in {len(self.passes.slots)} slots compiled, the rest in torch"
         else:
@@ -257,17 +255,11 @@ class CpuBackend(GenericBackend):
         onnx = self.onnx
         assert onnx is not None and onnx.fits(cache, ONNX_CHECK_TOKENS, 4)
         difference = (target.score(cache, [5], chain([6, 7, 8])) - expected).abs().max().item()
-        tolerance = ONNX_CHECK_RTOL * max(1.0, expected.abs().max().item())
-        if not difference <= tolerance:
+        if not difference <= (tolerance := ONNX_CHECK_RTOL * max(1.0, expected.abs().max().item())):
             log.warning("onnxruntime lone passes off: their logits differ from the model's forward by %.3g", difference)
             self.onnx, self.onnx_off = None, f"their logits differed from the model's forward by {difference:.3g} at start"
-            return
-        if onnx.greedy:  # a greedy one-token pass: the same argmax, the logits it keeps the forward's
-            greedy = target.score(prefilled_cache(target, ONNX_CHECK_TOKENS), [5], chain([]), argmax_only=True)[0]
-            kept = torch.isfinite(greedy)
-            if greedy.argmax() != expected[0].argmax() or not (greedy[kept] - expected[0, kept]).abs().max().item() <= tolerance:
-                log.warning("the int8-bounded greedy head off: its argmax or logits differ from the model's forward")
-                onnx.greedy = False
+        elif onnx.greedy:  # and a greedy one-token pass
+            onnx.check_greedy(target, ONNX_CHECK_TOKENS, expected[0], tolerance)
 
     def _tune_onednn(self, target: TargetModel, cache: KVCache, context_tokens: int) -> None:
         """oneDNN weight copies where weights and memory allow, read from the rows tuning finds

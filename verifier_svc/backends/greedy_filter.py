@@ -9,11 +9,14 @@ its last layer: torch's int8 kernel, called after the step, cost a one-token pas
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import onnx
+import torch
 from onnx import TensorProto, helper, numpy_helper
 
-from verifier_svc.greedy_head import LEVELS, GreedyHeadTables
+from verifier_svc.greedy_head import LEVELS, GreedyHeadTables, greedy_head_tables
 
 PREFIX = "greedy_head/"
 ZERO_POINT = 128
@@ -76,6 +79,15 @@ def add_greedy_filter(graph: onnx.GraphProto, tables: GreedyHeadTables, rows: st
             )
         )
     graph.output.append(helper.make_tensor_value_info(candidates, TensorProto.BOOL, ["k", vocab]))
+
+
+def with_greedy_filter(path: Path, weight: torch.Tensor, rows: str, candidates: str) -> Path:
+    """The graph at `path` with the nodes of the head `weight`'s bound appended (add_greedy_filter),
+    written back in place."""
+    model = onnx.load(str(path))
+    add_greedy_filter(model.graph, greedy_head_tables(weight), rows, candidates)
+    onnx.save(model, str(path))
+    return path
 
 
 def _level(source: str, level: str) -> list[tuple[str, list[str], list[str], dict]]:

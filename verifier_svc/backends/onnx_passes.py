@@ -5,8 +5,8 @@ between kernels (~6,500 op dispatches); onnxruntime runs the same step as one gr
 of llama.cpp's float32 decoding on this CPU (docs/design/onnx-passes.md). The graph is the model
 drafters' Llama step (drafter_build/llama_graph.py), exported from the served model at load and
 held in one InferenceSession (its own copy of the weights); onnxruntime's optimized graph is kept on disk
-(`default_store`), so a later start with the same weights, code and versions reads it in ~1 s
-instead of exporting and optimizing again (~14 s for the default model).
+(onnx_step_store.py), so a later start with the same weights, code and versions reads it in ~1 s
+instead of exporting and optimizing again (~15 s for the default model).
 
 A lone pass of up to MAX_TOKENS tokens runs here, a session's first (its prompt) too: the cache's
 buffers (grown first where they lack room: GrowableLayer.reserve) are bound to the graph's cache
@@ -23,27 +23,29 @@ may be the argmax, and only they are scored in float32 (verifier_svc/greedy_head
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
-import os
-import shutil
-import tempfile
 import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
-from drafter_build.llama_graph import export_llama, is_llama_layout, rows_io_names
+from drafter_build.llama_graph import is_llama_layout, rows_io_names
 from drafter_svc.draft_cache import prompt_rows
 from specdec.extras import importable
-from specdec.model_files import cache_root
 from specdec.onnx_threads import session_options
-from verifier_svc.backends.stored_steps import source_digest, store_key
-from verifier_svc.greedy_head import greedy_head_tables, rescored
+from verifier_svc.backends.onnx_step_store import CANDIDATES, STEP_FILE, exported_session, graph_digest, stored_session, weights_digest
+from verifier_svc.backends.pass_timing import prefilled_cache
+from verifier_svc.backends.stored_steps import store_key
+from verifier_svc.greedy_head import rescored
 from verifier_svc.kv_cache import KVCache, kv_shape
+from verifier_svc.token_tree import chain
+
+if TYPE_CHECKING:
+    from verifier_svc.target_model import TargetModel
 
 log = logging.getLogger(__name__)
 
@@ -57,16 +59,8 @@ HIDDEN = torch.finfo(torch.float32).min
 # one: its nodes took 0.5, 1.5, 2.1, 3.7 and 6.5 ms for 1, 2, 4, 8 and 16 rows, the float32 head
 # 2.6, 3.1, 3.2, 4.2 and 5.7 (docs/design/greedy-head.md).
 GREEDY_ROWS = 4
-CANDIDATES = "greedy_candidates"  # the graph's output of the int8-bounded head's candidates
 NO_ROWS = np.zeros(0, np.int64)
-# The store keeps the optimized step of the STORE_KEEP models (or versions of the code) used last.
-STEP_FILE = "step.onnx"
-STORE_KEEP = 3
-# The graph's code (the drafters' Llama step and its contract's names), outside this package.
-GRAPH_SOURCE = Path(__file__).resolve().parents[2] / "drafter_build"
-CONTRACT_SOURCE = Path(__file__).resolve().parents[2] / "drafter_svc" / "draft_cache.py"
-# The contract's names and the greedy head's code, which the graph holds too.
-FILTER_SOURCES = (CONTRACT_SOURCE, Path(__file__).with_name("greedy_filter.py"), Path(__file__).resolve().parents[1] / "greedy_head.py")
+
 
 
 class OnnxPasses:
@@ -104,6 +98,11 @@ class OnnxPasses:
         # Per cache, its IOBinding and the buffers' addresses and sizes it binds.
         self._bindings: weakref.WeakKeyDictionary[KVCache, tuple[tuple[tuple[int, int], ...], object]] = weakref.WeakKeyDictionary()
         log.info("onnxruntime lone passes ready in %.1f s (%s; onnxruntime %s)", time.perf_counter() - began, made, ort.__version__)
+
+    def engine(self) -> str:
+        """What these passes are, for ModelInfo.engine."""
+        greedy = f"; the argmax of greedy passes of up to {GREEDY_ROWS} rows from an int8-bounded head" if self.greedy else ""
+        return f"lone passes of up to {MAX_TOKENS} tokens through onnxruntime, the rest in torch{greedy}"
 
     def fits(self, cache: KVCache, start: int, real: int) -> bool:
         """Whether a lone pass of `real` tokens after `start` cached ones runs here: of up to
@@ -166,6 +165,16 @@ class OnnxPasses:
         self.greedy_runs += 1
         return rescored(self.head, hidden[0], candidates)
 
+    def check_greedy(self, target: TargetModel, context_tokens: int, expected: torch.Tensor, tolerance: float) -> None:
+        """Turn the int8-bounded head off (a warning) where a greedy pass of token 5 after
+        `context_tokens` of token 1 disagrees with the model's forward's logits `expected` [vocab]
+        there: another argmax, or a kept logit more than `tolerance` off."""
+        greedy = target.score(prefilled_cache(target, context_tokens), [5], chain([]), argmax_only=True)[0]
+        kept = torch.isfinite(greedy)
+        if greedy.argmax() != expected.argmax() or not (greedy[kept] - expected[kept]).abs().max().item() <= tolerance:
+            log.warning("the int8-bounded greedy head off: its argmax or logits differ from the model's forward")
+            self.greedy = False
+
     def _run_binding(self, binding, cache: KVCache, end: int) -> None:  # type: ignore[no-untyped-def]
         self.session.run_with_iobinding(binding)
         self.runs += 1
@@ -208,13 +217,6 @@ class OnnxPasses:
         return binding
 
 
-def graph_digest() -> str:
-    """A digest of the code the step graph is made from: drafter_build, the contract's names
-    (drafter_svc/draft_cache.py) and the greedy head's nodes and tables."""
-    parts = [source_digest(GRAPH_SOURCE), *(hashlib.sha256(path.read_bytes()).hexdigest() for path in FILTER_SOURCES)]
-    return hashlib.sha256("".join(parts).encode()).hexdigest()
-
-
 def served_layout(model: torch.nn.Module) -> bool:
     """Whether the graph computes `model`'s step: exactly transformers' LlamaForCausalLM (no
     sliding windows, no logit scaling, rotary tables that do not change with the length) in
@@ -226,74 +228,3 @@ def missing_modules() -> list[str]:
     """The modules these passes need that are not installed (onnxruntime runs them, torch's exporter
     writes the graph with onnx); the verifier then serves without them."""
     return [name for name in ("onnxruntime", "onnx") if not importable(name)]
-
-
-def default_store() -> Path:
-    """onnx-passes in specdec's cache folder (SPECDEC_CACHE_DIR, else ~/.cache/specdec)."""
-    return cache_root() / "onnx-passes"
-
-
-def stored_session(folder: Path, options):  # type: ignore[no-untyped-def]
-    """A session over the optimized step kept in `folder`, or None where there is none or it no
-    longer loads (the folder is then removed, with a warning)."""
-    import onnxruntime as ort
-
-    if not (folder / STEP_FILE).is_file():
-        return None
-    stored = session_options(options.intra_op_num_threads)
-    stored.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # optimized when kept
-    try:
-        session = ort.InferenceSession(str(folder / STEP_FILE), stored, providers=["CPUExecutionProvider"])
-    except Exception as error:  # onnxruntime's own error types: a file cut short, another format
-        log.warning("the kept onnxruntime step in %s does not load (%s): exported again", folder, str(error).splitlines()[0])
-        shutil.rmtree(folder, ignore_errors=True)
-        return None
-    os.utime(folder)  # used last: the store keeps it longest
-    return session
-
-
-def exported_session(model: torch.nn.Module, options, folder: Path | None):  # type: ignore[no-untyped-def]
-    """A session over the step exported now; its optimized graph written to `folder` (a complete
-    folder appears at once, or not at all) and the store's oldest folders past STORE_KEEP removed."""
-    import onnxruntime as ort
-
-    with tempfile.TemporaryDirectory(prefix="specdec-onnx-") as work, torch.no_grad():
-        path = with_greedy_filter(export_llama(model, Path(work) / STEP_FILE, rows=True), model)
-        if folder is not None:
-            partial = Path(work) / "optimized"
-            partial.mkdir()
-            options.optimized_model_filepath = str(partial / STEP_FILE)
-            options.add_session_config_entry("session.optimized_model_external_initializers_file_name", f"{STEP_FILE}.data")
-            # Its warning that an optimized graph may hold this CPU's own layouts: the store's key
-            # names the CPU's instruction set.
-            options.log_severity_level = 3
-        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-        if folder is not None:
-            folder.parent.mkdir(parents=True, exist_ok=True)
-            with contextlib.suppress(OSError):  # another process kept the same step first
-                shutil.move(str(partial), str(folder))
-            for old in sorted((p for p in folder.parent.iterdir() if p.is_dir()), key=lambda p: p.stat().st_mtime)[:-STORE_KEEP]:
-                shutil.rmtree(old, ignore_errors=True)
-    return session
-
-
-def weights_digest(model: torch.nn.Module) -> str:
-    """A digest of the model's parameters (names and bytes): the exported step holds them."""
-    digest = hashlib.blake2b(digest_size=16)
-    for name, parameter in model.named_parameters():
-        digest.update(name.encode())
-        digest.update(parameter.detach().contiguous().view(torch.uint8).numpy())
-    return digest.hexdigest()
-
-
-def with_greedy_filter(path: Path, model: torch.nn.Module) -> Path:
-    """The step graph at `path` with the int8-bounded head's nodes appended (greedy_filter.py),
-    written back in place."""
-    import onnx
-
-    from verifier_svc.backends.greedy_filter import add_greedy_filter  # onnx: imported only where installed
-
-    graph_model = onnx.load(str(path))
-    add_greedy_filter(graph_model.graph, greedy_head_tables(model.lm_head.weight), "rows", CANDIDATES)
-    onnx.save(graph_model, str(path))
-    return path
