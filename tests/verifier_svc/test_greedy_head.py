@@ -12,7 +12,7 @@ import pytest
 import torch
 from onnx import TensorProto, helper
 
-from verifier_svc.backends.greedy_filter import PREFIX, add_greedy_filter
+from verifier_svc.backends.greedy_filter import PREFIX, add_greedy_filter, with_greedy_filter
 from verifier_svc.greedy_head import greedy_head_tables, rescored
 
 
@@ -106,3 +106,25 @@ def test_no_rows_make_no_candidates() -> None:
     weight, hidden = head_and_rows(7)
     candidates, approx, bound = filter_session(weight).run(["candidates", PREFIX + "approx", PREFIX + "bound"], {"rows": hidden[None, :0].numpy()})
     assert candidates.shape == approx.shape == bound.shape == (0, weight.shape[0])
+
+
+def test_a_graph_whose_weights_lie_in_files_of_their_own_keeps_them(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """with_greedy_filter on a graph saved with external data (as torch's exporter saves a model
+    past 2 GB): the exporter's files are referenced, not read; the result runs in onnxruntime."""
+    weight, hidden = head_and_rows(8, rows=2)
+    width = weight.shape[1]
+    scale = np.full(width, 0.5, np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Mul", ["x", "scale"], ["rows"])], "step", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "k", width])],
+        [helper.make_tensor_value_info("rows", TensorProto.FLOAT, [1, "k", width])], [onnx.numpy_helper.from_array(scale, "scale")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    path = tmp_path / "step.onnx"
+    onnx.save(model, str(path), save_as_external_data=True, location="exporters_weights", size_threshold=0)
+    with_greedy_filter(path, weight, "rows", "candidates")
+    assert (tmp_path / "exporters_weights").is_file() and (tmp_path / "step.onnx.data").is_file()
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    rows, candidates = session.run(["rows", "candidates"], {"x": hidden[None].numpy()})
+    logits = rescored(weight.numpy(), rows[0], candidates)
+    assert torch.equal(logits.argmax(dim=1), (hidden * 0.5 @ weight.T).argmax(dim=1))

@@ -83,10 +83,11 @@ def add_greedy_filter(graph: onnx.GraphProto, tables: GreedyHeadTables, rows: st
 
 def with_greedy_filter(path: Path, weight: torch.Tensor, rows: str, candidates: str) -> Path:
     """The graph at `path` with the nodes of the head `weight`'s bound appended (add_greedy_filter),
-    written back in place."""
-    model = onnx.load(str(path))
+    written back in place, its tensors in a file beside it (a model past protobuf's 2 GB keeps the
+    exporter's own files of weights: they are not read here)."""
+    model = onnx.load(str(path), load_external_data=False)
     add_greedy_filter(model.graph, greedy_head_tables(weight), rows, candidates)
-    onnx.save(model, str(path))
+    onnx.save(model, str(path), save_as_external_data=True, location=f"{path.name}.data", size_threshold=1024)
     return path
 
 

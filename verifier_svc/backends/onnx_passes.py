@@ -62,7 +62,6 @@ GREEDY_ROWS = 4
 NO_ROWS = np.zeros(0, np.int64)
 
 
-
 class OnnxPasses:
     """The served model's step as an onnxruntime session on `threads` threads, its optimized graph
     kept in `store` (None: made at every start)."""
