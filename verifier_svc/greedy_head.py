@@ -26,6 +26,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from verifier_svc.int8_weights import int8_per_channel
+
 # Per unit of ||h|| N_v: the logit's float32 sums (at most (in + 2) 2^-24, in any order) are
 # added in greedy_head_tables; this covers a_v's four float32 roundings and h - x's three (each
 # at most 2^-24 of a term of norm <= 2 ||h||), with room to spare.
@@ -35,7 +37,7 @@ SLACK = 1.001
 # Past this many candidates in a row (a hidden state the bound cannot narrow: all zeros, or
 # non-finite values) the row is scored by the whole float32 head.
 MAX_CANDIDATES = 4096
-# int8 values span [-LEVELS, LEVELS].
+# The activations' int8 values span [-LEVELS, LEVELS] (the head's: int8_weights.int8_per_channel).
 LEVELS = 127
 
 
@@ -50,16 +52,15 @@ class GreedyHeadTables:
 
 
 def greedy_head_tables(weight: torch.Tensor) -> GreedyHeadTables:
-    """The tables of a float32 head `weight` [vocab, in]: its largest magnitude in each row maps
-    to LEVELS."""
+    """The tables of a float32 head `weight` [vocab, in], quantized as the int8 weights are
+    (int8_per_channel, float32 scales)."""
+    values, scales = int8_per_channel(weight, torch.float32)
     wide = weight.detach().double()
-    scales = (wide.abs().amax(dim=1) / LEVELS).float().clamp(min=torch.finfo(torch.float32).tiny)
-    values = (wide / scales.double()[:, None]).round().clamp(-LEVELS, LEVELS)
-    served = values * scales.double()[:, None]
+    served = values.double() * scales.double()[:, None]
     norms = torch.maximum(wide.norm(dim=1), served.norm(dim=1))
     sums = (weight.shape[1] + 2) * 2.0**-24
     return GreedyHeadTables(
-        values=values.to(torch.int8).T.contiguous(),
+        values=values.T.contiguous(),
         scales=scales,
         weight_terms=(((wide - served).norm(dim=1) + (ROUNDING + sums) * norms) * SLACK).float(),
         row_norms=(norms * SLACK).float(),

@@ -100,4 +100,3 @@ def weights_digest(model: torch.nn.Module) -> str:
         digest.update(name.encode())
         digest.update(parameter.detach().contiguous().view(torch.uint8).numpy())
     return digest.hexdigest()
-
