@@ -41,6 +41,26 @@ class DraftCache:
     def empty(num_layers: int, num_kv_heads: int, head_dim: int) -> DraftCache:
         return DraftCache([np.zeros((1, num_kv_heads, 0, head_dim), np.float32) for _ in range(2 * num_layers)], 0)
 
+    @staticmethod
+    def of_entries(
+        keys: Sequence[bytes], values: Sequence[bytes], dtype: str, heads: int, head_dim: int, length: int, spare: int,
+    ) -> DraftCache | None:
+        """A cache holding `length` entries given per layer as bytes [heads, length, head_dim] of
+        `dtype` ("float16" or "float32") in C order (keys[i], values[i]: layer i's;
+        verifier.proto, PromptCache), with room for `spare` more; None where the bytes do not
+        have that shape or type."""
+        if dtype not in ("float16", "float32"):
+            return None
+        size = heads * length * head_dim * np.dtype(dtype).itemsize
+        if len(keys) != len(values) or any(len(b) != size for b in (*keys, *values)):
+            return None
+        arrays = []
+        for entries in (b for pair in zip(keys, values) for b in pair):
+            array = np.zeros((1, heads, length + spare, head_dim), np.float32)
+            array[0, :, :length] = np.frombuffer(entries, dtype).reshape(heads, length, head_dim)
+            arrays.append(array)
+        return DraftCache(arrays, length)
+
     @property
     def capacity(self) -> int:
         return self.arrays[0].shape[2]

@@ -3,7 +3,8 @@
 Shaped like Hugging Face's `CandidateGenerator`: `propose(context, budget, max_nodes) -> Draft`
 and `observe(feedback)`. A drafter whose drafts cost model steps also says what they cost
 (`step_seconds`, `catch_up_seconds`), stops where the session's policy says the next step would
-not pay (`keep_drafting`), and has a prompt to read (`reads_prompt`, `reads_all_of`, `prefill`);
+not pay (`keep_drafting`), and has a prompt to read (`reads_prompt`, `reads_all_of`, `prefill`)
+or, where its model is the target's copy, to take from the verifier (`takes_prompt_cache`);
 a drafter with no such state keeps the defaults here: free steps, nothing to read. A drafter
 that offers a free draft beside its model's (the hybrid drafter's copy) returns it from
 `propose_copy`.
@@ -18,6 +19,7 @@ from typing import Protocol
 
 from drafter_svc.draft import Draft, Feedback
 from drafter_svc.draft_guide import DraftGuide
+from specdec.v1.verifier_pb2 import PromptCache
 
 # Asked before each model step of `propose`: (chain drafted so far, max depth, max nodes, seconds
 # of one model step, seconds the first step takes beyond one step: the context it must read
@@ -75,6 +77,17 @@ class Drafter(Protocol):
     def prefill(self, context: Sequence[int]) -> None:
         """Read `context` now (the prompt, while the verifier runs its own prefill), so that the
         next propose reads only the tokens added since (default: nothing to read)."""
+
+    def takes_prompt_cache(self, prompt: Sequence[int]) -> bool:
+        """Whether this drafter would start from the target's own keys and values of `prompt`
+        (its model is the target's copy) rather than read it: the loop then asks the verifier for
+        them and hands them to `adopt_prompt_cache` (default: False)."""
+        return False
+
+    def adopt_prompt_cache(self, prompt: Sequence[int], cache: PromptCache) -> bool:
+        """Start from the target's keys and values of `prompt`, if they fit this drafter's model;
+        returns whether they were taken (default: False, nothing to start from)."""
+        return False
 
     def propose_copy(self, context: Sequence[int], budget: int, max_nodes: int) -> Draft | None:
         """A free draft offered beside the model's, for the policy to weigh against drafting with

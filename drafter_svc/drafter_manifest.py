@@ -28,6 +28,12 @@ class Manifest:
     cache: str = CONCATENATED  # the graph's cache contract (built before graph version 3: concatenated)
     max_positions: int = 0  # positions the graph takes (its rotary tables' length); 0: any
 
+    @property
+    def is_target_copy(self) -> bool:
+        """The model is the target itself in int8 (`specdec draft build quantized`): its keys and
+        values are the target's, approximately, so it may start from the target's own."""
+        return self.kind == "quantized"
+
     @staticmethod
     def read(folder: Path) -> Manifest:
         """ValueError where manifest.json is not a build's manifest."""

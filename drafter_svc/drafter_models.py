@@ -28,6 +28,7 @@ class DrafterModels:
     tail_mass: float | None = None
     window: int | None = None  # prompt tokens read, from the end (onnx_drafter.PROMPT_WINDOW if None; 0: all)
     prompt_cache_tokens: int = 0  # prompt tokens read kept for later sessions (prompt_cache.py; 0: none)
+    prompt_from_verifier_tokens: int = 0  # longest prompt whose keys and values a target's copy takes from the verifier (0: none)
     target: str = ""  # the model source this process serves, named in refusals
 
 

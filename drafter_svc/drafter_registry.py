@@ -48,6 +48,9 @@ def _make_model_drafter(
 ) -> OnnxDrafter:
     model = load_built_model(name, models)
     rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(_MODEL_DRAFTER_STREAM, stream)))
-    options = {"tail_mass": models.tail_mass, "window": models.window, "prompt_cache_tokens": models.prompt_cache_tokens}
+    options = {
+        "tail_mass": models.tail_mass, "window": models.window, "prompt_cache_tokens": models.prompt_cache_tokens,
+        "prompt_from_verifier_tokens": models.prompt_from_verifier_tokens,
+    }
     race_seed = seed if race else None
     return OnnxDrafter(model, sampling, rng, race_seed=race_seed, **{k: v for k, v in options.items() if v is not None})

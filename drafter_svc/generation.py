@@ -40,7 +40,7 @@ async def generate(
     )
     call = stub.Verify()
     try:
-        await call.write(open_message(request))
+        await call.write(open_message(request, loop.prompt_from_verifier))
         while True:
             plan = loop.plan()
             await loop.draft(plan)
@@ -57,6 +57,7 @@ async def generate(
                 return
             yield drafter_pb2.GenerateResponse(text=text.text, token_ids=text.token_ids, logprobs=logprobs)
     finally:
+        loop.stop()
         call.cancel()
 
 
@@ -73,7 +74,9 @@ def open_rounds(
     race = race_seed(request.seed, request.sampling, request.acceptance) is not None
     drafter = make_drafter(request.drafter, request.sampling, request.seed, 0, models, race)
     model_drafter = drafter.drafts_with_a_model and request.num_draft_tokens > 0
-    partial_prompt = model_drafter and not drafter.reads_all_of(len(request.prompt_token_ids))
+    # A model that is the target's copy may start from the verifier's keys and values of the prompt.
+    prompt_from_verifier = model_drafter and drafter.takes_prompt_cache(request.prompt_token_ids)
+    partial_prompt = model_drafter and not prompt_from_verifier and not drafter.reads_all_of(len(request.prompt_token_ids))
     policy = SessionPolicy(
         request.draft_policy, request.drafter, policies, len(request.prompt_token_ids), request.sampling.greedy,
         request.max_new_tokens, race, partial_prompt, info.price, open_sessions(policies, info),
@@ -89,7 +92,7 @@ def open_rounds(
     if request.constraint is not None:
         compiler = compiler_for(tokenizer)
         grammar = GrammarDrafts(compiler, compiler.matcher(request.constraint, "constraint"), info.eos_token_ids, request.seed)
-    return RoundLoop(request, info, drafter, policy, prefetcher, grammar, stats)
+    return RoundLoop(request, info, drafter, policy, prefetcher, grammar, stats, prompt_from_verifier)
 
 
 def open_sessions(policies: PolicyState, info: VerifierInfo) -> int:

@@ -34,6 +34,7 @@ class Stats:
     accepted_by_position: list[int] = field(default_factory=list)
     q_bytes: int = 0
     forced_tokens: int = 0
+    prompt_tokens_from_verifier: int = 0
     started: float = field(default_factory=time.perf_counter)
 
     def count_round(self, draft: Draft, accepted: int) -> None:
@@ -78,4 +79,5 @@ class Stats:
             accepted_by_position=self.accepted_by_position,
             q_bytes=self.q_bytes,
             forced_tokens=self.forced_tokens,
+            prompt_tokens_from_verifier=self.prompt_tokens_from_verifier,
         )

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from drafter_svc.draft import Draft, Feedback
 from drafter_svc.draft_guide import DraftGuide
 from drafter_svc.drafter import Drafter, KeepDrafting
+from specdec.v1.verifier_pb2 import PromptCache
 
 
 class HybridDrafter(Drafter):
@@ -55,3 +56,9 @@ class HybridDrafter(Drafter):
 
     def prefill(self, context: Sequence[int]) -> None:
         self.model.prefill(context)
+
+    def takes_prompt_cache(self, prompt: Sequence[int]) -> bool:
+        return self.model.takes_prompt_cache(prompt)
+
+    def adopt_prompt_cache(self, prompt: Sequence[int], cache: PromptCache) -> bool:
+        return self.model.adopt_prompt_cache(prompt, cache)

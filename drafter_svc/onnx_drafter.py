@@ -29,8 +29,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from drafter_svc.acceptance_predictor import q_entropy
+from drafter_svc.chain_draft import BRANCH_DEPTHS, NodeQ, draft_of, node_q, siblings_per_depth
 from drafter_svc.draft import ROOT, Draft, Feedback
+from drafter_svc.draft_cache import IN_PLACE, MIN_SPARE_SLOTS, DraftCache
 from drafter_svc.draft_guide import DraftGuide
 from drafter_svc.draft_model import DraftModel, causal_bias
 from drafter_svc.draft_sampling import TAIL_MASS, SparseQ, draft_distribution, model_probabilities, point_mass, top_tokens
@@ -38,18 +39,7 @@ from drafter_svc.drafter import Drafter, KeepDrafting
 from drafter_svc.prompt_cache import Reuse, shared_length
 from specdec.coupled_sampling import RaceNoise, race_ranking
 from specdec.sampling_params import SamplingParams
-
-# Siblings go to depths 1..BRANCH_DEPTHS, one at a time, shallowest first: the first drafts are
-# the likeliest to be reached, so their alternatives are worth the most. Measured: at
-# temperature 0 they help a little; at temperature 1 leaf siblings drawn from a q close to p are
-# tried in random order with the chain's node and often end the walk early (int8 drafter, k4-t8:
-# 0.66x vs 1.28x for the chain; docs/design/trees-vs-chains.md). Exact either way. Under the race the
-# runners-up cannot end the walk early, but one at depth 1 did not pay either: the first
-# position's acceptance went from 0.95 to 1.00 and the rounds from 410 to 408 for 2,330 tokens,
-# for 3 ms more per pass (39.2 against 38.8 ms per token).
-BRANCH_DEPTHS = 2
-NodeQ = tuple[list[int], list[float], float]  # a node's q as a Draft carries it: token ids, probabilities, entropy
-
+from specdec.v1.verifier_pb2 import PromptCache
 
 # The prompt tokens a model drafter reads, from the end: its prefill costs what the target's does,
 # and `hybrid`'s copies read the whole context. The drafter sees the prompt's last PROMPT_WINDOW
@@ -78,11 +68,13 @@ class OnnxDrafter(Drafter):
 
     With `prompt_cache_tokens` > 0 its first read starts from what an earlier session of the
     process read of a prompt sharing its beginning, and is kept for later ones, in the model's
-    PromptCache of that many tokens (prompt_cache.py); 0: every session reads its own."""
+    PromptCache of that many tokens (prompt_cache.py); 0: every session reads its own. A model
+    that is the target's copy takes the keys and values of a prompt of up to
+    `prompt_from_verifier_tokens` tokens from the verifier instead (takes_prompt_cache)."""
 
     def __init__(
         self, model: DraftModel, sampling: SamplingParams, rng: np.random.Generator, tail_mass: float = TAIL_MASS,
-        window: int = PROMPT_WINDOW, race_seed: int | None = None, prompt_cache_tokens: int = 0,
+        window: int = PROMPT_WINDOW, race_seed: int | None = None, prompt_cache_tokens: int = 0, prompt_from_verifier_tokens: int = 0,
     ) -> None:
         if not 0.0 <= tail_mass < 1.0:
             raise ValueError(f"tail_mass must be in [0, 1), got {tail_mass}")
@@ -96,6 +88,7 @@ class OnnxDrafter(Drafter):
         self.tail_mass = tail_mass
         self.window = window
         self.prompt_cache_tokens = prompt_cache_tokens
+        self.prompt_from_verifier_tokens = prompt_from_verifier_tokens
         self.race = RaceNoise(race_seed, model.manifest.vocab_size) if race_seed is not None and not sampling.greedy else None
         self._start: int | None = None  # where the tokens it reads begin in the session's context
         self._tokens: list[int] = []  # the tokens whose keys and values are in the cache, in order
@@ -154,6 +147,29 @@ class OnnxDrafter(Drafter):
     def _shared_prefix(self, context: Sequence[int]) -> int:
         return shared_length(self._tokens, context, len(context) - 1)  # the last token is always run: its logits are needed
 
+    def takes_prompt_cache(self, prompt: Sequence[int]) -> bool:
+        """A target's copy with nothing read yet takes a prompt of up to prompt_from_verifier_tokens
+        tokens (that its positions cover) from the verifier, unless the prompt cache keeps its read."""
+        return (
+            self.model.manifest.is_target_copy and 0 < len(prompt) <= self.prompt_from_verifier_tokens and not self._tokens
+            and self.model.positions_left(len(prompt)) >= 0 and self.pending_tokens(prompt) > 1
+        )
+
+    def adopt_prompt_cache(self, prompt: Sequence[int], cache: PromptCache) -> bool:
+        """Hold the target's entries of the whole `prompt` (no window) where their shape is the
+        model's and nothing is read yet: the next call runs only the tokens after it."""
+        m = self.model.manifest
+        if self._tokens or cache.tokens != len(prompt) or (cache.num_kv_heads, cache.head_dim, len(cache.keys)) != (m.num_kv_heads, m.head_dim, m.num_layers):
+            return False
+        spare = MIN_SPARE_SLOTS if m.cache == IN_PLACE else 0
+        adopted = DraftCache.of_entries(cache.keys, cache.values, cache.dtype, m.num_kv_heads, m.head_dim, len(prompt), spare)
+        if adopted is None:
+            return False
+        self._cache, self._tokens, self._start = adopted, list(prompt), 0
+        if self.prompt_cache_tokens and self.reads_all_of(len(prompt)):  # a later session's read of it drafts at once
+            self.model.prompts.keep(prompt[:-1], adopted, None, self.prompt_cache_tokens)
+        return True
+
     def prefill(self, context: Sequence[int]) -> None:
         """Run `context` into the cache (e.g. the prompt, while the verifier runs its own
         prefill), so that the next propose after it runs only the tokens added since."""
@@ -195,21 +211,21 @@ class OnnxDrafter(Drafter):
             if steps == 1:  # a step: the model call, q and the draw (bench/drafter_calls.py)
                 self.model.time_step(time.perf_counter() - started)
             chain_q.append(q)
-            qs.append(_node_q(q))
+            qs.append(node_q(q))
             if self.sampling.greedy:
                 sure.extend(model_probabilities(logits, chain[-1:]))
             level_logits.append(logits)
             for token in guide.advance(chain[-1], depth - len(chain)) if guide is not None else []:
                 chain.append(token)
                 chain_q.append(point_mass(token))
-                qs.append(_node_q(chain_q[-1]))
+                qs.append(node_q(chain_q[-1]))
                 sure.extend([1.0] if self.sampling.greedy else [])
                 level_logits.append(None)
         if not chain:
             return Draft.point_masses([])
         token_ids, parents = list(chain), list(range(ROOT, len(chain) - 1))
         # The siblings the request's shape asks for, at the chain's first depths.
-        for d, count in enumerate(_siblings_per_depth(nodes - depth, min(len(chain), BRANCH_DEPTHS))):
+        for d, count in enumerate(siblings_per_depth(nodes - depth, min(len(chain), BRANCH_DEPTHS))):
             level = level_logits[d]
             if level is None:
                 continue
@@ -223,10 +239,10 @@ class OnnxDrafter(Drafter):
             for token, q in drawn:
                 token_ids.append(token)
                 parents.append(d - 1)  # the chain node at depth d (d - 1 is its parent's index)
-                qs.append(_node_q(q))
+                qs.append(node_q(q))
             if self.sampling.greedy:  # one softmax per depth for all of its siblings
                 sure.extend(model_probabilities(level, [token for token, _ in drawn]))
-        return _draft(token_ids, parents, qs, sure)
+        return draft_of(token_ids, parents, qs, sure)
 
     def _draw(self, q: SparseQ, position: int, count: int) -> list[int]:
         """`count` tokens for `position` (its index in the context): race winner and runners-up
@@ -244,7 +260,7 @@ class OnnxDrafter(Drafter):
     ) -> bool:
         if keep_drafting is None:
             return True
-        partial = _draft(list(chain), list(range(ROOT, len(chain) - 1)), qs, sure)
+        partial = draft_of(list(chain), list(range(ROOT, len(chain) - 1)), qs, sure)
         catch_up = self.catch_up_seconds(context) if not chain else 0.0
         return keep_drafting(partial, depth, nodes, self.step_seconds, catch_up, self.reads_prompt and not chain)
 
@@ -279,21 +295,3 @@ class OnnxDrafter(Drafter):
         if length < len(self._tokens):
             self._cache.truncate(length)
             del self._tokens[length:]
-
-
-def _node_q(q: SparseQ) -> NodeQ:
-    return (*q.lists(), q_entropy(q.probs))
-
-
-def _draft(token_ids: list[int], parents: list[int], qs: Sequence[NodeQ], confidences: Sequence[float]) -> Draft:
-    return Draft(
-        token_ids, parents, [ids for ids, _, _ in qs], [probs for _, probs, _ in qs], confidences=list(confidences),
-        q_entropies=[e for _, _, e in qs],
-    )
-
-
-def _siblings_per_depth(extra: int, depths: int) -> list[int]:
-    """`extra` sibling nodes dealt round-robin over depths 1..depths: counts per depth."""
-    if extra <= 0 or depths <= 0:
-        return []
-    return [extra // depths + (1 if d < extra % depths else 0) for d in range(depths)]

@@ -4,7 +4,8 @@ A model drafter's first call in a session reads the prompt (its window: onnx_dra
 prefill that costs what the target's costs. Sessions often share a prompt's beginning (a system
 prompt, a chat template's header) or all of it (retries, several samples of one prompt, a
 benchmark's repeats). PromptCache keeps, for each prompt read, the drafter's keys and values
-after it and the logits after its last token. A new session starts from the longest beginning
+after it and the logits after its last token (a prompt taken from the verifier comes without
+them: onnx_drafter.py keeps it less its last token). A new session starts from the longest beginning
 it shares with a kept prompt: a copy of that prompt's keys and values cut to the shared length
 (a call may write into a cache in place: each session's and each kept prompt's are its own
 memory), and, when the kept prompt is the session's whole read, its logits too, so that the
@@ -44,7 +45,7 @@ class PromptCache:
     """Kept prompts: token ids -> (keys and values after them, logits after the last)."""
 
     def __init__(self) -> None:
-        self._kept: OrderedDict[tuple[int, ...], tuple[DraftCache, np.ndarray]] = OrderedDict()
+        self._kept: OrderedDict[tuple[int, ...], tuple[DraftCache, np.ndarray | None]] = OrderedDict()
         self._tokens = 0
         self._lock = threading.Lock()
 
@@ -55,7 +56,7 @@ class PromptCache:
 
     def reusable(self, read: Sequence[int]) -> int:
         """How many tokens of `read` `reuse` would hand over (all of them when a kept prompt is
-        the whole read), without handing them over."""
+        the whole read, with its logits), without handing them over."""
         with self._lock:
             return self._best(tuple(read))[0]
 
@@ -70,11 +71,11 @@ class PromptCache:
             self._kept.move_to_end(key)
             cache, logits = self._kept[key]
         whole = shared == len(wanted)  # room for the session's drafting after it:
-        return Reuse(shared, cache.copy(shared, spare=MIN_SPARE_SLOTS), logits.copy() if whole else None)
+        return Reuse(shared, cache.copy(shared, spare=MIN_SPARE_SLOTS), logits.copy() if whole and logits is not None else None)
 
     def _best(self, wanted: tuple[int, ...]) -> tuple[int, tuple[int, ...] | None]:
         """(tokens reusable, the kept prompt giving them; None and 0: none). Under the lock."""
-        if wanted in self._kept:
+        if wanted in self._kept and self._kept[wanted][1] is not None:
             return len(wanted), wanted
         best, best_key = 0, None
         for key in self._kept:
@@ -83,10 +84,11 @@ class PromptCache:
                 best, best_key = shared, key
         return best, best_key
 
-    def keep(self, read: Sequence[int], cache: DraftCache, logits: np.ndarray, max_tokens: int) -> None:
-        """Keep a session's first read (its keys and values after `read`, exactly that long, and
-        the logits after its last token) within `max_tokens` kept tokens in all; a read longer
-        than that is not kept."""
+    def keep(self, read: Sequence[int], cache: DraftCache, logits: np.ndarray | None, max_tokens: int) -> None:
+        """Keep a session's first read (its keys and values after `read`, at least that long, and
+        the logits after its last token, or None: a session whose read is `read` itself then runs
+        its last token again) within `max_tokens` kept tokens in all; a read longer than that is
+        not kept."""
         key = tuple(read)
         if not key or len(key) > max_tokens:
             return
@@ -94,7 +96,7 @@ class PromptCache:
             if key in self._kept:
                 self._kept.move_to_end(key)
                 return
-            self._kept[key] = (cache.copy(len(key)), logits.copy())
+            self._kept[key] = (cache.copy(len(key)), None if logits is None else logits.copy())
             self._tokens += len(key)
             while self._tokens > max_tokens:
                 dropped, _ = self._kept.popitem(last=False)

@@ -178,13 +178,14 @@ def _prompt_ids(msg: drafter_pb2.GenerateRequest, tokenizer: Tokenizer) -> list[
     raise InvalidArgument("prompt", "set one of text, chat or token_ids")
 
 
-def open_message(request: GenerationRequest) -> verifier_pb2.VerifyRequest:
+def open_message(request: GenerationRequest, return_prompt_cache: bool = False) -> verifier_pb2.VerifyRequest:
     sampling = sampling_to_proto(request.sampling, request.seed)
     return verifier_pb2.VerifyRequest(
         open=verifier_pb2.OpenSession(
             prompt_token_ids=request.prompt_token_ids, sampling=sampling, acceptance=acceptance_to_proto(request.acceptance),
             constraint=constraint_to_proto(request.constraint), penalties=penalties_to_proto(request.penalties),
             logprobs=request.logprobs, top_logprobs=request.top_logprobs, plain=request.num_draft_tokens == 0,
+            return_prompt_cache=return_prompt_cache,
         )
     )
 

@@ -129,12 +129,16 @@ class ResumingCall:
         await self._send(message)
 
     async def read(self) -> verifier_pb2.VerifyResponse:
-        """The verdict of the round in flight, from whichever session is alive."""
+        """The verdict of the round in flight, from whichever session is alive; with no round in
+        flight, the prompt's keys and values that follow the first verdict (empty when the stream
+        broke before them: the re-opened session does not send them)."""
         while True:
             try:
                 verdict = await self.call.read()
                 if verdict is grpc.aio.EOF:
                     cause = "the verifier ended the session unexpectedly"
+                elif verdict.HasField("prompt_cache"):  # not a verdict: the message after the first one
+                    return verdict
                 else:
                     self._commit(verdict)
                     return verdict
@@ -145,6 +149,8 @@ class ResumingCall:
                     raise
                 cause = f"{error.code().name}: {error.details()}"
             await self._resume(cause)
+            if self.in_flight is None:
+                return verifier_pb2.VerifyResponse(prompt_cache=verifier_pb2.PromptCache())
 
     async def done_writing(self) -> None:
         try:
@@ -177,6 +183,7 @@ class ResumingCall:
         del opening.prompt_token_ids[:]
         opening.prompt_token_ids.extend([*self.open.prompt_token_ids, *self.committed])
         opening.generated_tokens = self.open.generated_tokens + len(self.committed)  # the constraint and penalties see them as output
+        opening.return_prompt_cache = False  # the drafter has read or been sent the prompt: it reads the rest itself
         seed = self.open.sampling.seed if self.open.sampling.HasField("seed") else None
         opening.sampling.seed = resume_seed(seed, len(self.committed))
         return verifier_pb2.VerifyRequest(open=opening)

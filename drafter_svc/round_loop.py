@@ -8,7 +8,11 @@ and the policy learn from the verdict. With overlap on, the next round is pre-dr
 With k = 0 every round is one plain target step: the no-speculation baseline on the same path.
 
 A drafter whose drafts cost model steps drafts in a worker thread and asks the policy before each
-step. Under an adaptive policy, after a prompt of over LONG_PROMPT_TOKENS, its first round sends
+step. A model that is the target's own copy (the int8 drafter) does not read the prompt: the
+session asks the verifier for the prompt's keys and values, which follow the first verdict in a
+message of their own (read while the first tokens go out), and its first round sends no model
+draft (docs/design/prompt-from-verifier.md). Otherwise,
+under an adaptive policy, after a prompt of over LONG_PROMPT_TOKENS, its first round sends
 no model draft, so that the verifier's prefill does not wait for the drafter's read of the
 prompt; it reads the prompt at its first model draft, or beside the prefill where overlap is on
 (its work may run beside the verifier's), the session is alone, and the policy expects its drafts
@@ -72,8 +76,10 @@ class RoundLoop:
 
     def __init__(
         self, request: GenerationRequest, info: VerifierInfo, drafter: Drafter, policy: SessionPolicy,
-        prefetcher: Prefetcher | None, grammar: GrammarDrafts | None, stats: Stats,
+        prefetcher: Prefetcher | None, grammar: GrammarDrafts | None, stats: Stats, prompt_from_verifier: bool = False,
     ) -> None:
+        """`prompt_from_verifier`: the session asks the verifier for the prompt's keys and values
+        (Drafter.takes_prompt_cache), and its first round sends no model draft."""
         self.request = request
         self.info = info
         self.drafter = drafter
@@ -84,6 +90,8 @@ class RoundLoop:
         self.model_drafter = drafter.drafts_with_a_model and request.num_draft_tokens > 0
         self.keep_drafting = policy.keep_drafting if self.model_drafter else None
         self.long_prompt = self.model_drafter and policy.rule.adaptive and len(request.prompt_token_ids) > LONG_PROMPT_TOKENS
+        self.prompt_from_verifier = prompt_from_verifier
+        self.prompt_cache_read: asyncio.Future | None = None  # the read of the message after the first verdict
         self.context = list(request.prompt_token_ids)
         self.ahead: Draft | None = None  # the pre-drafted round, when the last verdict matched its guess
 
@@ -96,7 +104,7 @@ class RoundLoop:
         if forced:
             self.ahead = None  # pre-drafted for the context without them
         empty = Draft.point_masses([])
-        prefilling = self.long_prompt and self.stats.rounds == 0
+        prefilling = (self.long_prompt or self.prompt_from_verifier) and self.stats.rounds == 0
         return Round(room, budget - len(forced), request.max_tree_nodes - len(forced), forced, prefilling, empty, empty)
 
     async def draft(self, plan: Round) -> None:
@@ -104,6 +112,8 @@ class RoundLoop:
         drafter's draft, cut by the policy; under a constraint fitted to the grammar."""
         started = time.perf_counter()
         drafter, policy, context = self.drafter, self.policy, self.context + plan.forced
+        if self.prompt_cache_read is not None:
+            await self._take_prompt_cache()
         if plan.budget > 0 and policy.may_draft() and self.model_drafter and self.ahead is None:
             plan.copy_draft = drafter.propose_copy(context, plan.budget, plan.nodes)
         if plan.copy_draft is not None:
@@ -158,7 +168,29 @@ class RoundLoop:
         self.stats.round_trip_seconds += time.perf_counter() - started
         if self.stats.rounds == 0:
             self.stats.time_to_first_token_seconds = time.perf_counter() - self.stats.started
+            if self.prompt_from_verifier:  # the prompt's keys and values come next, read meanwhile
+                self.prompt_cache_read = asyncio.ensure_future(call.read())
         return verdict
+
+    async def _take_prompt_cache(self) -> None:
+        """Hand the drafter the prompt's keys and values sent after the first verdict (a copy of
+        every entry: off the event loop); without them it reads the prompt itself."""
+        read, self.prompt_cache_read = self.prompt_cache_read, None
+        assert read is not None
+        message = await read
+        if message is grpc.aio.EOF:
+            raise Unavailable("", "the verifier ended the session unexpectedly")
+        cache = message.prompt_cache
+        if cache.tokens and await asyncio.to_thread(self.drafter.adopt_prompt_cache, self.request.prompt_token_ids, cache):
+            self.stats.prompt_tokens_from_verifier = cache.tokens
+
+    def stop(self) -> None:
+        """Drop the read of the prompt's keys and values where the generation ended before it was
+        needed (after its first round): cancelled, or its outcome retrieved (a failure then says
+        nothing)."""
+        read, self.prompt_cache_read = self.prompt_cache_read, None
+        if read is not None and not read.cancel() and not read.cancelled():
+            read.exception()
 
     def _meanwhile(self, plan: Round) -> list[Callable[[], None]]:
         """Work done in a thread while the verifier checks the round, with overlap on: a model
@@ -167,6 +199,8 @@ class RoundLoop:
         drafter's first round does them only when the session is alone: they run the whole prompt."""
         request, drafter, policy = self.request, self.drafter, self.policy
         spare_cores = not (self.model_drafter and self.stats.rounds == 0) or not policy.state.busy()
+        if self.prompt_from_verifier and self.stats.rounds == 0:  # nothing to read or pre-draft with before the prompt comes
+            return []
         work: list[Callable[[], None]] = []
         if plan.prefilling and request.overlap and spare_cores and policy.read_prompt(
             drafter.step_seconds, drafter.catch_up_seconds(self.context), plan.budget, request.max_tree_nodes

@@ -42,7 +42,11 @@ def make_pool(config: DrafterSettings, tokenizer: Tokenizer) -> VerifierPool:
         credentials=tls.channel_credentials(
             config.verifier_tls_ca_file, config.verifier_tls_cert_file, config.verifier_tls_key_file
         ),
-        options=[*tls.channel_options(config.verifier_tls_server_name), *grpc_server.message_size_options(config.max_message_bytes)],
+        # Verdicts may carry a prompt's keys and values: larger than what clients may send.
+        options=[
+            *tls.channel_options(config.verifier_tls_server_name),
+            *grpc_server.message_size_options(max(config.max_message_bytes, grpc_server.PROMPT_CACHE_MESSAGE_BYTES), config.max_message_bytes),
+        ],
         poll_seconds=config.load_poll_seconds,
     )
 
@@ -63,6 +67,7 @@ async def run(config: DrafterSettings) -> None:
         config.onnx_tail_mass,
         config.onnx_prompt_window,
         config.onnx_prompt_cache_tokens,
+        config.onnx_prompt_from_verifier_tokens,
         target=config.model,
     )
     if not 0.0 <= config.onnx_tail_mass < 1.0:
@@ -71,6 +76,8 @@ async def run(config: DrafterSettings) -> None:
         raise SystemExit(f"--onnx-prompt-window: must be >= 0, got {config.onnx_prompt_window}")
     if config.onnx_prompt_cache_tokens < 0:
         raise SystemExit(f"--onnx-prompt-cache-tokens: must be >= 0, got {config.onnx_prompt_cache_tokens}")
+    if config.onnx_prompt_from_verifier_tokens < 0:
+        raise SystemExit(f"--onnx-prompt-from-verifier-tokens: must be >= 0, got {config.onnx_prompt_from_verifier_tokens}")
     if config.draft_policy not in POLICY_NAMES:
         raise SystemExit(f"--draft-policy: unknown policy {config.draft_policy!r}; choose one of {', '.join(POLICY_NAMES)}")
     if config.overlap not in OVERLAP_MODES:

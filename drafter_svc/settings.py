@@ -52,6 +52,10 @@ class DrafterSettings:
         default=1024,
         metadata={"group": "performance", "help": "model drafters keep what sessions read of their prompts, this many tokens in all (~46 KB a token for the default model), for later sessions sharing a prompt's beginning; 0: off"},
     )
+    onnx_prompt_from_verifier_tokens: int = field(
+        default=2048,
+        metadata={"group": "performance", "help": "model drafters that are the target's own copy (onnx-quantized) take the keys and values of prompts of up to this many tokens from the verifier's first pass instead of reading them (~46 KB a token sent for the default model; the whole prompt, not --onnx-prompt-window of it); 0: off"},
+    )
     num_draft_tokens: int = field(default=8, metadata={"group": "drafting", "help": "draft length (tree depth) used when a request sets none"})
     # Trees of 2x the draft length gave the longest mean acceptance length per target pass in
     # three bench runs (bench/results/spec_bench-20261122-024820, -025633, -030646), at no

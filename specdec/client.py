@@ -50,6 +50,7 @@ class GenerationStats:
     q_bytes: int = 0  # serialized draft distributions sent to the verifier
     resumes: int = 0  # verifier sessions re-opened after a broken stream (output unaffected)
     forced_tokens: int = 0  # drafted tokens the constraint's grammar forced
+    prompt_tokens_from_verifier: int = 0  # prompt tokens whose keys and values the model drafter took from the verifier
 
     @property
     def tokens_per_second(self) -> float:

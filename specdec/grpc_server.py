@@ -109,10 +109,17 @@ def _wrap_stream(behavior: Callable, parse: Callable) -> Callable:
     return wrapper
 
 
-def message_size_options(max_bytes: int) -> list[tuple[str, int]]:
-    """Server or channel options capping one message, received or sent, at max_bytes (larger
-    ones fail with RESOURCE_EXHAUSTED before any handler runs)."""
-    return [("grpc.max_receive_message_length", max_bytes), ("grpc.max_send_message_length", max_bytes)]
+# The largest message a verifier sends and a drafter receives from it: one that carries a prompt's
+# keys and values (verifier.proto, PromptCache; ~23 KB a token in float16 for the default model),
+# whatever the --max-message-bytes that caps what either receives from its clients.
+PROMPT_CACHE_MESSAGE_BYTES = 256 * 2**20
+
+
+def message_size_options(max_bytes: int, max_send_bytes: int | None = None) -> list[tuple[str, int]]:
+    """Server or channel options capping one message received at max_bytes and one sent at
+    max_send_bytes (default: max_bytes); larger ones fail with RESOURCE_EXHAUSTED before any
+    handler runs."""
+    return [("grpc.max_receive_message_length", max_bytes), ("grpc.max_send_message_length", max_send_bytes or max_bytes)]
 
 
 async def serve(

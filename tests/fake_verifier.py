@@ -4,7 +4,9 @@ It serves GetModelInfo (with a chosen tokenizer fingerprint, its open streams pl
 test sets, and a round price the test may set) and Verify: every round is answered with nothing accepted and `next_token`
 as the recovered token, so a drafter's round loop runs against it unchanged. `break_after_rounds`
 (None: never) makes every stream (with `break_once`, the first one) fail with UNAVAILABLE once it has answered that many rounds, as a
-killed verifier's streams do; `opens` records every OpenSession received.
+killed verifier's streams do; `opens` records every OpenSession received. A session opened with
+return_prompt_cache gets, after its first verdict, the message that says the verifier cannot give
+the prompt's keys and values (tokens 0), or, where the stream is to break after one round, the break.
 """
 
 from __future__ import annotations
@@ -80,10 +82,12 @@ class FakeVerifier(verifier_pb2_grpc.VerifierServicer):
         with self._lock:
             self.streams += 1
         answered = 0
+        prompt_cache = False
         try:
             for request in request_iterator:
                 if request.WhichOneof("kind") == "open":
                     self.opens.append(request.open)
+                    prompt_cache = request.open.return_prompt_cache
                 if request.WhichOneof("kind") == "round":
                     if self.break_after_rounds is not None and answered >= self.break_after_rounds:
                         if self.break_once:
@@ -101,6 +105,12 @@ class FakeVerifier(verifier_pb2_grpc.VerifierServicer):
                         acceptance_probs=[0.0] * len(request.round.nodes),
                         price=self.verdict_price.to_proto(),
                     )
+                    if prompt_cache and answered == 1:
+                        if self.break_after_rounds == 1:
+                            if self.break_once:
+                                self.break_after_rounds = None
+                            context.abort(grpc.StatusCode.UNAVAILABLE, "fake verifier: stream broken")
+                        yield verifier_pb2.VerifyResponse(prompt_cache=verifier_pb2.PromptCache())
                 elif request.WhichOneof("kind") == "close":
                     return
         finally:

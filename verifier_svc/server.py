@@ -121,7 +121,9 @@ async def run(config: VerifierSettings) -> None:
             grace_seconds=config.grace_seconds,
             credentials=tls.server_credentials(config.tls_cert_file, config.tls_key_file, config.tls_client_ca_file),
             health_port=config.health_port,
-            options=grpc_server.message_size_options(config.max_message_bytes),
+            options=grpc_server.message_size_options(
+                config.max_message_bytes, max(config.max_message_bytes, grpc_server.PROMPT_CACHE_MESSAGE_BYTES)
+            ),
         )
     finally:
         # The streams are done or cancelled, but the scheduler's thread may still be in a pass

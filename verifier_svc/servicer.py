@@ -12,6 +12,7 @@ import grpc
 from specdec.acceptance_params import acceptance_from_proto
 from specdec.errors import FailedPrecondition, InvalidArgument, SpecdecError, Unavailable
 from specdec.grammar import GrammarCompiler
+from specdec.grpc_server import PROMPT_CACHE_MESSAGE_BYTES
 from specdec.output_constraint import constraint_from_proto
 from specdec.penalties import penalties_from_proto
 from specdec.round_price import RoundPrice
@@ -57,6 +58,25 @@ def output_from_proto(msg: verifier_pb2.OpenSession) -> OutputOptions:
         top_logprobs=msg.top_logprobs,
         generated_tokens=msg.generated_tokens,
     )
+
+
+# Room left in the message of a prompt's keys and values for the rest of it.
+MESSAGE_OVERHEAD_BYTES = 2**20
+
+
+def prompt_cache_response(session: Session) -> verifier_pb2.VerifyResponse:
+    """The message after a session's first verdict: its prompt's keys and values (empty where the
+    session cannot give them or they would not fit in a message)."""
+    response = verifier_pb2.VerifyResponse()
+    cache = response.prompt_cache
+    entries = session.take_prompt_entries()
+    if entries is not None and entries.nbytes <= PROMPT_CACHE_MESSAGE_BYTES - MESSAGE_OVERHEAD_BYTES:
+        cache.tokens, cache.num_kv_heads, cache.head_dim, cache.dtype = entries.tokens, entries.heads, entries.head_dim, entries.dtype
+        cache.keys.extend(entries.keys)
+        cache.values.extend(entries.values)
+    else:
+        cache.SetInParent()  # present, tokens 0: the drafter reads the prompt itself
+    return response
 
 
 def verdict_to_proto(
@@ -192,6 +212,7 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServicer):
                     session = Session(
                         target, list(request.open.prompt_token_ids), sampling, seed, self.limits, acceptance, self.prefix_cache,
                         output_from_proto(request.open), self.compiler, self.eos_token_ids, request.open.plain,
+                        request.open.return_prompt_cache,
                     )
                     self.sessions.add(session)
                 elif kind == "round":
@@ -211,6 +232,8 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServicer):
                     price = self.scheduler.price(cached_entries(session), max(record.rounds, self.sessions.open))
                     yield verdict_to_proto(verdict, time.perf_counter() - started, queued, self.sessions.open, price)
                     self.scheduler.sent(session)  # its next pass may run before the next round arrives
+                    if session.prompt_cache_tokens:  # after the first verdict, as asked: copied off the event loop
+                        yield await asyncio.to_thread(prompt_cache_response, session)
                 elif kind == "close":
                     if session is None:
                         raise FailedPrecondition("close", "no session to close")

@@ -27,6 +27,7 @@ from specdec.grammar import GrammarCompiler
 from specdec.sampling_params import SamplingParams
 from specdec.coupled_sampling import RaceNoise, race_seed
 from verifier_svc.acceptance import RoundVerdict, verify_coupled, verify_greedy, verify_speculative
+from verifier_svc.kv_cache import PromptEntries
 from verifier_svc.lossy_acceptance import make_rule, verify_greedy_lenient
 from verifier_svc.output_rules import OutputOptions, OutputRules
 from verifier_svc.prefix_cache import PrefixCache
@@ -50,8 +51,10 @@ class Session:
         compiler: GrammarCompiler | None = None,
         eos_token_ids: frozenset[int] = frozenset(),
         plain: bool = False,
+        return_prompt_cache: bool = False,
     ) -> None:
-        """`plain`: the drafter's hint that every round will be empty (its next pass may run ahead)."""
+        """`plain`: the drafter's hint that every round will be empty (its next pass may run ahead).
+        `return_prompt_cache`: the drafter asked for the prompt's entries (take_prompt_entries)."""
         if not prompt:
             raise InvalidArgument("open.prompt_token_ids", "must not be empty")
         if len(prompt) >= limits.context_length:
@@ -91,6 +94,8 @@ class Session:
         # [1, vocab] logits after the last committed token, whose entry the cache then holds,
         # scored before its round arrived (run_ahead); written on the target's thread only.
         self.ahead: torch.Tensor | None = None
+        # The prompt's length while the drafter that asked for its keys and values has not had them.
+        self.prompt_cache_tokens = len(prompt) if return_prompt_cache else 0
 
     def verify(self, round_: RoundInput) -> RoundVerdict:
         """Run one round: one target pass over the tree, the acceptance walk, the cache cut
@@ -144,6 +149,15 @@ class Session:
         if self._stored_prefix is not None:
             self._stored_prefix.fill(self.cache)
             self._stored_prefix = None
+
+    def take_prompt_entries(self) -> PromptEntries | None:
+        """The prompt's keys and values (KVCache.prompt_entries) for a session opened with
+        return_prompt_cache, once, after its first round (the cache then holds the whole prompt);
+        None where they cannot be given. No pass may run on the session meanwhile: the servicer
+        calls it before it reads the session's next round."""
+        length, self.prompt_cache_tokens = self.prompt_cache_tokens, 0
+        cache = self.cache
+        return cache.prompt_entries(length) if length and cache is not None and len(cache) >= length else None
 
     def cached_tokens(self) -> int:
         """Entries in the cache, the stored prefix not yet copied in counted."""

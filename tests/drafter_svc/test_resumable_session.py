@@ -11,6 +11,7 @@ import grpc
 import pytest
 
 from drafter_svc.discovery import StaticDiscovery
+from drafter_svc.drafter_models import DrafterModels
 from drafter_svc.protocol import Defaults
 from drafter_svc.resumable_session import ResumePolicy, resume_seed
 from drafter_svc.servicer import DrafterServicer
@@ -32,13 +33,13 @@ def test_resume_seed_is_a_function_of_the_request_seed_and_the_tokens_so_far() -
 
 async def with_drafter(  # type: ignore[no-untyped-def]
     verifiers: list[FakeVerifier], tokenizer, resume: ResumePolicy, body: Callable[[str], Awaitable[None]],
-    defaults: Defaults = Defaults("copy", 4, 4, 256), servicers: list[DrafterServicer] | None = None,
+    defaults: Defaults = Defaults("copy", 4, 4, 256), servicers: list[DrafterServicer] | None = None, models: DrafterModels | None = None,
 ) -> None:
     """Run `body` with the address of an in-process drafter server over `verifiers` (its servicer
-    appended to `servicers`, if given)."""
+    appended to `servicers`, if given; its model drafters where `models` says)."""
     pool = VerifierPool(StaticDiscovery([v.address for v in verifiers]), tokenizer, poll_seconds=0.1)
     server = grpc.aio.server(interceptors=[ExceptionToStatusInterceptor()])
-    servicer = DrafterServicer(pool, defaults, resume=resume)
+    servicer = DrafterServicer(pool, defaults, resume=resume, models=models)
     if servicers is not None:
         servicers.append(servicer)
     drafter_pb2_grpc.add_DrafterServicer_to_server(servicer, server)
@@ -132,3 +133,32 @@ def test_resume_off_fails_the_generation_at_once(tokenizer) -> None:  # type: ig
     finally:
         broken.stop()
     assert len(broken.opens) == 1
+
+
+def test_a_stream_broken_before_the_prompts_keys_and_values_resumes_and_the_drafter_reads_the_prompt(  # type: ignore[no-untyped-def]
+    tokenizer, onnx_quantized_dir,
+) -> None:
+    """The int8 copy of the target asks for the prompt's keys and values; the stream breaks after
+    the first verdict, before they come: the session resumes elsewhere without asking again, the
+    drafter reads the prompt itself, and no token is lost or repeated."""
+    breaking = FakeVerifier(tokenizer.fingerprint, next_token=TOKEN, break_after_rounds=1)
+    spare = FakeVerifier(tokenizer.fingerprint, next_token=TOKEN)
+    spare.extra_load = 5
+    prompt = tokenizer.encode("Tell me a story")
+    models = DrafterModels({"quantized": onnx_quantized_dir}, tokenizer.fingerprint, prompt_from_verifier_tokens=64)
+
+    async def body(address: str) -> None:
+        async with AsyncClient(address) as client:
+            result = await client.generate(
+                token_ids=prompt, max_new_tokens=6, temperature=0.0, drafter="onnx-quantized", num_draft_tokens=2, draft_policy="fixed",
+            )
+        assert result.token_ids == [TOKEN] * 6 and result.stats.resumes == 1
+        assert result.stats.prompt_tokens_from_verifier == 0 and result.stats.drafted_tokens > 0
+
+    try:
+        asyncio.run(with_drafter([breaking, spare], tokenizer, ResumePolicy(attempts=3, backoff_seconds=0.01), body, models=models))
+    finally:
+        breaking.stop()
+        spare.stop()
+    assert [o.return_prompt_cache for o in breaking.opens + spare.opens] == [True, False]
+    assert list(spare.opens[0].prompt_token_ids) == [*prompt, TOKEN]

@@ -142,6 +142,8 @@ def check_greedy_identity(  # type: ignore[no-untyped-def]
         assert result.text == tokenizer.decode(result.token_ids)
         assert (result.stats.draft_policy, result.stats.overlap) == (policy, overlap)
         assert (result.stats.q_bytes > 0) == (result.stats.drafted_tokens > 0)  # every drafted node sends its q
+        # The int8 copy of the target starts from the verifier's keys and values of the prompt.
+        assert result.stats.prompt_tokens_from_verifier == (result.stats.prompt_tokens if drafter in ("hybrid", "onnx-quantized") else 0)
         drafted += result.stats.drafted_tokens
         hits += result.stats.overlap_hits
     # The speculative configurations really speculated (otherwise this test proves nothing), and
@@ -151,12 +153,13 @@ def check_greedy_identity(  # type: ignore[no-untyped-def]
 
 
 def test_the_onnx_default_drafts_after_a_long_prompt(request, cluster, tokenizer, reference_model) -> None:  # type: ignore[no-untyped-def]
-    """Lone sessions with the ONNX drafter's default shape (auto, overlap) read a ~400-token prompt
-    beside the verifier's prefill and then draft, with greedy identity. Twice: once the process
-    has timed a prefill, a drafter that never read the prompt would price its first step with the
-    whole prompt and never draft (the bug this guards against: the first pre-draft stood in for
-    the prefill, and was declined). Then the hybrid drafter without overlap, under `auto` and
-    under `fixed`. The answer copies a request from the prompt, so `fixed`, which sends a copy
+    """Lone sessions with the ONNX drafter's default shape (auto, overlap) take a ~400-token prompt's
+    keys and values from the verifier (~9 MB in float16: past the 4 MB that either service
+    receives from its clients) and then draft, with greedy identity. Twice: a drafter that never
+    read the prompt must not price its first step with the whole prompt and never draft (the bug
+    this guarded against when the drafter read the prompt beside the verifier's prefill: the first
+    pre-draft stood in for the prefill, and was declined). Then the hybrid drafter without overlap,
+    under `auto` and under `fixed`. The answer copies a request from the prompt, so `fixed`, which sends a copy
     draft whenever there is one, sends them after the model's first round, and the output is the
     same. Whether `auto` sends copies here is a close call on the process's learned copy
     predictor (copy 2.05 against model 1.95 tokens per plain pass in one run, the other way in
@@ -187,6 +190,7 @@ def test_the_onnx_default_drafts_after_a_long_prompt(request, cluster, tokenizer
     for result in results:
         assert result.token_ids == expected
         assert result.stats.drafted_tokens > 0 and result.stats.accepted_tokens > 0
+        assert result.stats.prompt_tokens_from_verifier == len(ids)
     assert [r.stats.copied_rounds for r in results][:2] == [0, 0]
     fixed = results[3].stats
     assert 0 < fixed.copied_rounds < fixed.rounds  # a model round (no copy before the answer starts), then copies

@@ -51,3 +51,23 @@ def test_appends_write_in_place_until_the_spare_room_is_used() -> None:
     cache.cache.update(*entries(MIN_SPARE_SLOTS, generator), 0)
     assert cache.cache.layers[0].keys.untyped_storage().data_ptr() != storage  # grown once
     assert cache.cache.layers[0].keys.shape[-2] == 100 + MIN_SPARE_SLOTS + MIN_SPARE_SLOTS
+
+
+def test_a_prompts_entries_go_as_float16_bytes_unless_a_value_is_past_its_range() -> None:
+    generator = torch.Generator().manual_seed(1)
+    cache = KVCache(CONFIG)
+    written = [entries(12, generator) for _ in range(CONFIG.num_hidden_layers)]
+    for index, (keys, values) in enumerate(written):
+        cache.cache.update(keys, values, index)
+    sent = cache.prompt_entries(10)
+    assert sent is not None and (sent.tokens, sent.heads, sent.head_dim, sent.dtype) == (10, 2, 8, "float16")
+    for (keys, values), key_bytes, value_bytes in zip(written, sent.keys, sent.values):
+        for entries_, data in ((keys, key_bytes), (values, value_bytes)):
+            assert torch.equal(torch.frombuffer(bytearray(data), dtype=torch.float16).view(2, 10, 8), entries_[0, :, :10].half())
+    assert sent.nbytes == 2 * CONFIG.num_hidden_layers * 2 * 10 * 8 * 2
+    assert cache.prompt_entries(13) is None  # more than the cache holds
+    cache.cache.layers[-1].values[0, 1, 3, 5] = 1e6  # past float16's largest value (65504)
+    wide = cache.prompt_entries(10)
+    assert wide is not None and wide.dtype == "float32"
+    last = torch.frombuffer(bytearray(wide.values[-1]), dtype=torch.float32).view(2, 10, 8)
+    assert last[1, 3, 5] == 1e6 and torch.equal(last, cache.cache.layers[-1].values[0, :, :10])

@@ -202,3 +202,51 @@ def test_model_info_prices_a_first_round_from_the_passes_timed_at_start(target: 
         untimed.scheduler.stop()
     seconds = time_lone_passes(target, max_tokens=3, repeats=1)
     assert len(seconds) == 3 and all(t > 0 for t in seconds)
+
+def test_the_prompts_keys_and_values_follow_the_first_verdict_only_where_asked(target, tokenizer, references) -> None:  # type: ignore[no-untyped-def]
+    """A session opened with return_prompt_cache gets one more message after its first verdict:
+    nothing but the prompt's entries (float16, one per layer), as the target's forward over the
+    prompt computes them; then its rounds go on as before. A session that did not ask gets none."""
+    servicer, _, _ = serving(target, tokenizer, max_sessions=2)
+    prompt, reference = references[0]
+    greedy = common_pb2.SamplingParams(temperature=0.0)
+
+    def round_of(drafts: list[int]) -> verifier_pb2.VerifyRequest:
+        nodes = [verifier_pb2.DraftNode(token_id=t, parent=i - 1, q=common_pb2.SparseDistribution(token_ids=[t], probs=[1.0])) for i, t in enumerate(drafts)]
+        return verifier_pb2.VerifyRequest(round=verifier_pb2.Round(nodes=nodes))
+
+    async def session(ask: bool) -> list[verifier_pb2.VerifyResponse]:
+        server, address = await start(servicer)
+        try:
+            async with grpc.aio.insecure_channel(address, options=[("grpc.max_receive_message_length", 64 * 2**20)]) as channel:
+                stream = verifier_pb2_grpc.VerifierStub(channel).Verify()
+                await stream.write(verifier_pb2.VerifyRequest(open=verifier_pb2.OpenSession(prompt_token_ids=prompt, sampling=greedy, return_prompt_cache=ask)))
+                await stream.write(round_of(reference[:2]))
+                messages = [await stream.read()]
+                if ask:
+                    messages.append(await stream.read())
+                await stream.write(round_of(reference[3:5]))
+                messages.append(await stream.read())
+                await stream.done_writing()
+                assert await stream.read() == grpc.aio.EOF
+                return messages
+        finally:
+            await server.stop(0)
+
+    first, cache, second = asyncio.run(session(ask=True))
+    assert first.num_accepted == 2 and first.next_token_id == reference[2] and not first.HasField("prompt_cache")
+    assert second.num_accepted == 2 and second.next_token_id == reference[5]
+    assert cache.prompt_cache.tokens == len(prompt) and cache.prompt_cache.dtype == "float16"
+    rest = verifier_pb2.VerifyResponse()
+    rest.CopyFrom(cache)
+    rest.ClearField("prompt_cache")
+    assert rest.ByteSize() == 0  # nothing but the prompt's entries
+    with torch.inference_mode():
+        want = target.model(torch.tensor([prompt]), use_cache=True).past_key_values
+    shape = (cache.prompt_cache.num_kv_heads, len(prompt), cache.prompt_cache.head_dim)
+    for layer, keys, values in zip(want.layers, cache.prompt_cache.keys, cache.prompt_cache.values, strict=True):
+        for entries, data in ((layer.keys, keys), (layer.values, values)):
+            got = torch.frombuffer(bytearray(data), dtype=torch.float16).view(shape).float()
+            torch.testing.assert_close(got, entries[0].float(), atol=2e-3, rtol=2e-3)
+    unasked = asyncio.run(session(ask=False))
+    assert len(unasked) == 2 and not any(m.HasField("prompt_cache") for m in unasked)

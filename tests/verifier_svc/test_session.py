@@ -255,3 +255,25 @@ def test_only_rounds_that_read_nothing_but_the_argmax_let_a_pass_leave_tokens_ou
     argmax (TargetModel.score's argmax_only); every other session needs the whole rows."""
     session = Session(target, [1, 2, 3], sampling, seed=0, limits=Limits(16, 8, 8192), acceptance=acceptance, output=output)
     assert session.argmax_only is argmax_only
+
+
+def test_a_session_that_asks_gives_its_prompts_entries_after_the_first_round_once(target: TargetModel, tokenizer) -> None:  # type: ignore[no-untyped-def]
+    """The first round's pass covers the prompt and a tree; what the session gives the drafter is
+    the prompt's entries alone, as transformers computes them (in float16), and only once."""
+    prompt = tokenizer.encode("The capital of France is Paris. The capital of Italy is")
+    session = Session(target, prompt, GREEDY, seed=0, limits=Limits(16, 8, 8192), return_prompt_cache=True)
+    assert session.prompt_cache_tokens == len(prompt)
+    session.verify(RoundInput.point_masses([5, 6, 7], [ROOT, 0, ROOT]))
+    sent = session.take_prompt_entries()
+    assert sent is not None and sent.tokens == len(prompt) and sent.dtype == "float16"
+    with torch.inference_mode():
+        reference = target.model(torch.tensor([prompt]), use_cache=True).past_key_values
+    assert len(sent.keys) == len(reference.layers) == len(sent.values)
+    for layer, key_bytes, value_bytes in zip(reference.layers, sent.keys, sent.values):
+        for want, data in ((layer.keys, key_bytes), (layer.values, value_bytes)):
+            got = torch.frombuffer(bytearray(data), dtype=torch.float16).view(sent.heads, len(prompt), sent.head_dim).float()
+            torch.testing.assert_close(got, want[0].float(), atol=2e-3, rtol=2e-3)  # float16's rounding, and a pass of another shape
+    assert session.prompt_cache_tokens == 0 and session.take_prompt_entries() is None
+    plain = Session(target, prompt, GREEDY, seed=0, limits=Limits(16, 8, 8192))
+    plain.verify(RoundInput.point_masses([], []))
+    assert plain.prompt_cache_tokens == 0 and plain.take_prompt_entries() is None
