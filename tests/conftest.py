@@ -57,13 +57,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         yield c
 
 
-def services(logs: Path, *verifier_args: str) -> LocalCluster:
-    """The integration tests' services (see `cluster`), with extra verifier flags; the verifier
-    serves its metrics (verifier_metrics)."""
+def services(logs: Path, *verifier_args: str, drafter_args: tuple[str, ...] = ()) -> LocalCluster:
+    """The integration tests' services (see `cluster`), with extra verifier (and drafter) flags;
+    the verifier serves its metrics (verifier_metrics)."""
     return LocalCluster(
         logs,
         verifier_args=["--max-draft-tokens", "16", "--max-draft-depth", "8", "--max-sessions", "8", "--metrics-port", str(free_port()), *verifier_args],
-        drafter_args=["--max-new-tokens-cap", "512", "--drafter", "copy"],
+        drafter_args=["--max-new-tokens-cap", "512", "--drafter", "copy", *drafter_args],
     )
 
 
