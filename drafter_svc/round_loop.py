@@ -11,12 +11,11 @@ A drafter whose drafts cost model steps drafts in a worker thread and asks the p
 step. A model that is the target's own copy (the int8 drafter) does not read the prompt: the
 session asks the verifier for the prompt's keys and values, which follow the first verdict in a
 message of their own (read while the first tokens go out), and its first round sends no model
-draft (docs/design/prompt-from-verifier.md). Otherwise,
-under an adaptive policy, after a prompt of over LONG_PROMPT_TOKENS, its first round sends
-no model draft, so that the verifier's prefill does not wait for the drafter's read of the
-prompt; it reads the prompt at its first model draft, or beside the prefill where overlap is on
-(its work may run beside the verifier's), the session is alone, and the policy expects its drafts
-to pay (docs/design/prompt-read-after-prefill.md). A hybrid drafter's free copy draft is weighed
+draft (docs/design/prompt-from-verifier.md). Otherwise, under an adaptive policy, after a prompt
+of over LONG_PROMPT_TOKENS, its first round sends no model draft, so that the verifier's prefill
+does not wait for the drafter's read of the prompt; it reads the prompt at its first model draft,
+or beside the prefill where overlap is on (its work may run beside the verifier's), the session
+is alone, and the policy expects its drafts to pay (docs/design/prompt-read-after-prefill.md). A hybrid drafter's free copy draft is weighed
 against drafting with the model each round, the first included (hybrid_drafter.py). Under a
 constraint a model drafter drafts along the grammar (draft_guide.py) and every draft is fitted to
 it before it is sent (grammar_drafts.py). Every draft declares its q and is chosen from the
