@@ -119,11 +119,15 @@ class ResumingCall:
         self.committed: list[int] = []  # tokens generated so far (after the prompt)
         self.in_flight: verifier_pb2.VerifyRequest | None = None  # the round awaiting its verdict
         self.failures = 0  # failed attempts since the last verdict
+        # The session on the stream now was opened asking for the prompt's keys and values, and
+        # they have not come yet (a re-opened session never asks: resumable_session.reopen_message).
+        self.prompt_cache_due = False
 
     async def write(self, message: verifier_pb2.VerifyRequest) -> None:
         kind = message.WhichOneof("kind")
         if kind == "open":
             self.open = message.open
+            self.prompt_cache_due = message.open.return_prompt_cache
         elif kind == "round":
             self.in_flight = message
         await self._send(message)
@@ -131,13 +135,17 @@ class ResumingCall:
     async def read(self) -> verifier_pb2.VerifyResponse:
         """The verdict of the round in flight, from whichever session is alive; with no round in
         flight, the prompt's keys and values that follow the first verdict (empty when the stream
-        broke before them: the re-opened session does not send them)."""
+        broke before them, or the session was re-opened before its first verdict: a re-opened
+        session does not send them)."""
         while True:
+            if self.in_flight is None and not self.prompt_cache_due:
+                return verifier_pb2.VerifyResponse(prompt_cache=verifier_pb2.PromptCache())
             try:
                 verdict = await self.call.read()
                 if verdict is grpc.aio.EOF:
                     cause = "the verifier ended the session unexpectedly"
                 elif verdict.HasField("prompt_cache"):  # not a verdict: the message after the first one
+                    self.prompt_cache_due = False
                     return verdict
                 else:
                     self._commit(verdict)
@@ -149,8 +157,6 @@ class ResumingCall:
                     raise
                 cause = f"{error.code().name}: {error.details()}"
             await self._resume(cause)
-            if self.in_flight is None:
-                return verifier_pb2.VerifyResponse(prompt_cache=verifier_pb2.PromptCache())
 
     async def done_writing(self) -> None:
         try:
@@ -211,6 +217,7 @@ class ResumingCall:
                 continue
             self.call = placement.stub.Verify(timeout=verifier.timeout())
             verifier.resumes += 1
+            self.prompt_cache_due = False
             await self._send(self.reopen_message())
             if self.in_flight is not None:
                 await self._send(self.in_flight)

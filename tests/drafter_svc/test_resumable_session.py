@@ -135,13 +135,15 @@ def test_resume_off_fails_the_generation_at_once(tokenizer) -> None:  # type: ig
     assert len(broken.opens) == 1
 
 
+@pytest.mark.parametrize("broken_after", [1, 0], ids=["after the first verdict", "before it"])
 def test_a_stream_broken_before_the_prompts_keys_and_values_resumes_and_the_drafter_reads_the_prompt(  # type: ignore[no-untyped-def]
-    tokenizer, onnx_quantized_dir,
+    tokenizer, onnx_quantized_dir, broken_after: int,
 ) -> None:
     """The int8 copy of the target asks for the prompt's keys and values; the stream breaks after
-    the first verdict, before they come: the session resumes elsewhere without asking again, the
-    drafter reads the prompt itself, and no token is lost or repeated."""
-    breaking = FakeVerifier(tokenizer.fingerprint, next_token=TOKEN, break_after_rounds=1)
+    the first verdict, before they come, or before the first verdict itself: the session resumes
+    elsewhere without asking again (so nothing waits for them), the drafter reads the prompt
+    itself, and no token is lost or repeated."""
+    breaking = FakeVerifier(tokenizer.fingerprint, next_token=TOKEN, break_after_rounds=broken_after)
     spare = FakeVerifier(tokenizer.fingerprint, next_token=TOKEN)
     spare.extra_load = 5
     prompt = tokenizer.encode("Tell me a story")
@@ -149,8 +151,11 @@ def test_a_stream_broken_before_the_prompts_keys_and_values_resumes_and_the_draf
 
     async def body(address: str) -> None:
         async with AsyncClient(address) as client:
-            result = await client.generate(
-                token_ids=prompt, max_new_tokens=6, temperature=0.0, drafter="onnx-quantized", num_draft_tokens=2, draft_policy="fixed",
+            result = await asyncio.wait_for(
+                client.generate(
+                    token_ids=prompt, max_new_tokens=6, temperature=0.0, drafter="onnx-quantized", num_draft_tokens=2, draft_policy="fixed",
+                ),
+                timeout=60,
             )
         assert result.token_ids == [TOKEN] * 6 and result.stats.resumes == 1
         assert result.stats.prompt_tokens_from_verifier == 0 and result.stats.drafted_tokens > 0
@@ -161,4 +166,4 @@ def test_a_stream_broken_before_the_prompts_keys_and_values_resumes_and_the_draf
         breaking.stop()
         spare.stop()
     assert [o.return_prompt_cache for o in breaking.opens + spare.opens] == [True, False]
-    assert list(spare.opens[0].prompt_token_ids) == [*prompt, TOKEN]
+    assert list(spare.opens[0].prompt_token_ids) == [*prompt, *[TOKEN] * broken_after]
