@@ -74,6 +74,9 @@ class VerifierMetrics:
         self.pass_seconds = Histogram("specdec_verifier_pass_seconds", "one target pass, acceptance included", buckets=LATENCY_BUCKETS, registry=r)
         self.pass_tokens = Counter("specdec_verifier_pass_tokens", "new tokens through the target (pending + tree nodes)", registry=r)
         self.generated_tokens = Counter("specdec_verifier_generated_tokens", "tokens committed (accepted + one per round)", registry=r)
+        self.prompt_cache_bytes = Counter(
+            "specdec_verifier_prompt_cache_bytes", "bytes of prompts' keys and values sent to drafters (OpenSession.return_prompt_cache)", registry=r
+        )
         self.num_drafts = Counter("specdec_spec_decode_num_drafts", "rounds (target passes per session)", registry=r)
         self.num_draft_tokens = Counter("specdec_spec_decode_num_draft_tokens", "drafted tokens (tree nodes) verified", registry=r)
         self.num_accepted_tokens = Counter("specdec_spec_decode_num_accepted_tokens", "drafted tokens accepted", registry=r)

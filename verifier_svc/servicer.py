@@ -233,7 +233,10 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServicer):
                     yield verdict_to_proto(verdict, time.perf_counter() - started, queued, self.sessions.open, price)
                     self.scheduler.sent(session)  # its next pass may run before the next round arrives
                     if session.prompt_cache_tokens:  # after the first verdict, as asked: copied off the event loop
-                        yield await asyncio.to_thread(prompt_cache_response, session)
+                        response = await asyncio.to_thread(prompt_cache_response, session)
+                        if self.metrics:
+                            self.metrics.prompt_cache_bytes.inc(response.prompt_cache.ByteSize())
+                        yield response
                 elif kind == "close":
                     if session is None:
                         raise FailedPrecondition("close", "no session to close")

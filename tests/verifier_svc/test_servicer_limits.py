@@ -207,7 +207,7 @@ def test_the_prompts_keys_and_values_follow_the_first_verdict_only_where_asked(t
     """A session opened with return_prompt_cache gets one more message after its first verdict:
     nothing but the prompt's entries (float16, one per layer), as the target's forward over the
     prompt computes them; then its rounds go on as before. A session that did not ask gets none."""
-    servicer, _, _ = serving(target, tokenizer, max_sessions=2)
+    servicer, metrics, _ = serving(target, tokenizer, max_sessions=2)
     prompt, reference = references[0]
     greedy = common_pb2.SamplingParams(temperature=0.0)
 
@@ -248,5 +248,7 @@ def test_the_prompts_keys_and_values_follow_the_first_verdict_only_where_asked(t
         for entries, data in ((layer.keys, keys), (layer.values, values)):
             got = torch.frombuffer(bytearray(data), dtype=torch.float16).view(shape).float()
             torch.testing.assert_close(got, entries[0].float(), atol=2e-3, rtol=2e-3)
+    assert metrics.prompt_cache_bytes._value.get() == cache.prompt_cache.ByteSize()
     unasked = asyncio.run(session(ask=False))
     assert len(unasked) == 2 and not any(m.HasField("prompt_cache") for m in unasked)
+    assert metrics.prompt_cache_bytes._value.get() == cache.prompt_cache.ByteSize()  # nothing more sent
