@@ -75,7 +75,7 @@ def open_rounds(
     drafter = make_drafter(request.drafter, request.sampling, request.seed, 0, models, race)
     model_drafter = drafter.drafts_with_a_model and request.num_draft_tokens > 0
     # A model that is the target's copy may start from the verifier's keys and values of the prompt.
-    prompt_from_verifier = model_drafter and drafter.takes_prompt_cache(request.prompt_token_ids)
+    prompt_from_verifier = model_drafter and info.sends_prompt_cache and drafter.takes_prompt_cache(request.prompt_token_ids)
     partial_prompt = model_drafter and not prompt_from_verifier and not drafter.reads_all_of(len(request.prompt_token_ids))
     policy = SessionPolicy(
         request.draft_policy, request.drafter, policies, len(request.prompt_token_ids), request.sampling.greedy,

@@ -16,3 +16,4 @@ class VerifierInfo:
     context_length: int
     price: RoundPrice = RoundPrice()
     open_sessions: int = 0
+    sends_prompt_cache: bool = False  # it answers OpenSession.return_prompt_cache (ModelInfo)

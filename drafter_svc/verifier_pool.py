@@ -140,7 +140,10 @@ class VerifierPool:
         try:
             yield Placement(
                 member.address, member.stub, info,
-                VerifierInfo(frozenset(info.eos_token_ids), info.context_length, RoundPrice.from_proto(info.price), info.open_sessions),
+                VerifierInfo(
+                    frozenset(info.eos_token_ids), info.context_length, RoundPrice.from_proto(info.price), info.open_sessions,
+                    info.sends_prompt_cache,
+                ),
             )
         finally:
             member.running -= 1

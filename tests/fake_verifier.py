@@ -36,12 +36,14 @@ class FakeVerifier(verifier_pb2_grpc.VerifierServicer):
         round_seconds: float = 0.0,
         price: RoundPrice = RoundPrice(),
         verdict_price: RoundPrice = RoundPrice(),
+        sends_prompt_cache: bool = True,
     ) -> None:
         self.break_after_rounds = break_after_rounds
         self.break_once = break_once  # only the first stream to reach break_after_rounds breaks
         self.round_seconds = round_seconds  # how long each round takes to answer
         self.price = price  # the first-round price its ModelInfo reports
         self.verdict_price = verdict_price  # the next-round price every verdict reports
+        self.sends_prompt_cache = sends_prompt_cache  # False: its ModelInfo says what an older verifier's does
         self.opens: list[verifier_pb2.OpenSession] = []
         self.fingerprint = fingerprint
         self.max_sessions = max_sessions
@@ -76,6 +78,7 @@ class FakeVerifier(verifier_pb2_grpc.VerifierServicer):
             max_sessions=self.max_sessions,
             open_sessions=self.streams + self.extra_load,
             price=self.price.to_proto(),
+            sends_prompt_cache=self.sends_prompt_cache,
         )
 
     def Verify(self, request_iterator, context) -> Iterator[verifier_pb2.VerifyResponse]:  # type: ignore[no-untyped-def]

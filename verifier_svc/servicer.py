@@ -151,6 +151,7 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServicer):
             max_draft_depth=self.max_draft_depth,
             max_sessions=self.sessions.max_sessions,
             engine=target.backend.engine(),
+            sends_prompt_cache=True,
         )
         # The price starts from the lone and batched passes timed at start (server.load_target).
         self.scheduler.pass_price.seed(target.pass_seconds, target.pass_context_tokens, target.batched_pass_seconds)
@@ -231,12 +232,13 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServicer):
                         self.metrics.observe_verdict(verdict, len(request.round.nodes))
                     price = self.scheduler.price(cached_entries(session), max(record.rounds, self.sessions.open))
                     yield verdict_to_proto(verdict, time.perf_counter() - started, queued, self.sessions.open, price)
-                    self.scheduler.sent(session)  # its next pass may run before the next round arrives
                     if session.prompt_cache_tokens:  # after the first verdict, as asked: copied off the event loop
                         response = await asyncio.to_thread(prompt_cache_response, session)
                         if self.metrics:
                             self.metrics.prompt_cache_bytes.inc(response.prompt_cache.ByteSize())
                         yield response
+                    # Its next pass may run before the next round arrives (after the prompt's entries are taken).
+                    self.scheduler.sent(session)
                 elif kind == "close":
                     if session is None:
                         raise FailedPrecondition("close", "no session to close")

@@ -154,7 +154,7 @@ class Session:
         """The prompt's keys and values (KVCache.prompt_entries) for a session opened with
         return_prompt_cache, once, after its first round (the cache then holds the whole prompt);
         None where they cannot be given. No pass may run on the session meanwhile: the servicer
-        calls it before it reads the session's next round."""
+        calls it before it reads the session's next round or lets a pass run ahead."""
         length, self.prompt_cache_tokens = self.prompt_cache_tokens, 0
         cache = self.cache
         return cache.prompt_entries(length) if length and cache is not None and len(cache) >= length else None

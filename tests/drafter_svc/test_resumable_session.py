@@ -167,3 +167,27 @@ def test_a_stream_broken_before_the_prompts_keys_and_values_resumes_and_the_draf
         spare.stop()
     assert [o.return_prompt_cache for o in breaking.opens + spare.opens] == [True, False]
     assert list(spare.opens[0].prompt_token_ids) == [*prompt, *[TOKEN] * broken_after]
+
+
+def test_a_verifier_that_does_not_say_it_sends_the_prompts_keys_and_values_is_not_asked(tokenizer, onnx_quantized_dir) -> None:  # type: ignore[no-untyped-def]
+    """An older verifier ignores OpenSession.return_prompt_cache: its ModelInfo does not set
+    sends_prompt_cache, so the int8 drafter reads the prompt itself instead of waiting."""
+    older = FakeVerifier(tokenizer.fingerprint, next_token=TOKEN, sends_prompt_cache=False)
+    models = DrafterModels({"quantized": onnx_quantized_dir}, tokenizer.fingerprint, prompt_from_verifier_tokens=64)
+
+    async def body(address: str) -> None:
+        async with AsyncClient(address) as client:
+            result = await asyncio.wait_for(
+                client.generate(
+                    token_ids=tokenizer.encode("Tell me a story"), max_new_tokens=4, temperature=0.0, drafter="onnx-quantized",
+                    num_draft_tokens=2, draft_policy="fixed",
+                ),
+                timeout=60,
+            )
+        assert result.token_ids == [TOKEN] * 4 and result.stats.prompt_tokens_from_verifier == 0 and result.stats.drafted_tokens > 0
+
+    try:
+        asyncio.run(with_drafter([older], tokenizer, ResumePolicy(attempts=1, backoff_seconds=0.01), body, models=models))
+    finally:
+        older.stop()
+    assert [o.return_prompt_cache for o in older.opens] == [False]
