@@ -22,7 +22,7 @@ from verifier_svc.backends.compiled_layers import CompiledLayers
 from verifier_svc.backends.cpu_compiled import CompiledPassRunner, compiled_layers
 from verifier_svc.backends.cpu_tuning import keep_copies, onednn_rows_from, tune_batched_layout, tune_pass_sizes
 from verifier_svc.backends.generic import GenericBackend
-from verifier_svc.backends.onnx_passes import OnnxPasses, missing_modules, served_layout
+from verifier_svc.backends.onnx_passes import OnnxPasses, missing_modules, served_layout, unserved_log
 from verifier_svc.backends.onnx_step_store import default_store
 from verifier_svc.backends.pass_timing import lone_sizes_seconds, prefilled_cache
 from verifier_svc.backends.stored_steps import StoredSteps
@@ -139,7 +139,7 @@ class CpuBackend(GenericBackend):
             log.info("onnxruntime lone passes: %s not installed (pip install 'specdec[verifier]'): passes run in torch", ", ".join(missing))
             self.onnx_off = f"{', '.join(missing)} not installed"
         elif onnx_passes and not served_layout(model):
-            log.info("onnxruntime lone passes: not for this model (%s, %s): its passes run in torch", type(model).__name__, self.dtype)
+            log.log(*unserved_log(model))
         elif onnx_passes and self._room_for("onnxruntime", 2 * linear_weight_bytes(model)):
             self.onnx = OnnxPasses(model, torch.get_num_threads(), default_store())
         drop_one_row_copies(model)  # another backend's, over the same model object

@@ -223,6 +223,16 @@ def served_layout(model: torch.nn.Module) -> bool:
     return is_llama_layout(model) and next(model.parameters()).dtype == torch.float32
 
 
+def unserved_log(model: torch.nn.Module) -> tuple[int, str]:
+    """The level and line the CPU backend logs for a model these passes do not serve: a warning
+    where only its dtype keeps it out (a one-token bfloat16 pass in torch took 2.4x float32's
+    through onnxruntime on the 2-core AVX-512 BF16 host: docs/benchmarks.md, 2026-12-02)."""
+    line = f"onnxruntime lone passes: not for this model ({type(model).__name__}, {next(model.parameters()).dtype}): its passes run in torch"
+    if is_llama_layout(model):
+        return logging.WARNING, line + ", slower than --dtype float32 on a CPU without AMX (docs/usage/models.md)"
+    return logging.INFO, line
+
+
 def missing_modules() -> list[str]:
     """The modules these passes need that are not installed (onnxruntime runs them, torch's exporter
     writes the graph with onnx); the verifier then serves without them."""
