@@ -15,11 +15,12 @@ draft (docs/design/prompt-from-verifier.md). Otherwise, under an adaptive policy
 of over LONG_PROMPT_TOKENS, its first round sends no model draft, so that the verifier's prefill
 does not wait for the drafter's read of the prompt; it reads the prompt at its first model draft,
 or beside the prefill where overlap is on (its work may run beside the verifier's), the session
-is alone, and the policy expects its drafts to pay (docs/design/prompt-read-after-prefill.md). A hybrid drafter's free copy draft is weighed
-against drafting with the model each round, the first included (hybrid_drafter.py). Under a
-constraint a model drafter drafts along the grammar (draft_guide.py) and every draft is fitted to
-it before it is sent (grammar_drafts.py). Every draft declares its q and is chosen from the
-emitted history only, so exactness does not depend on it.
+is alone, and the policy expects its drafts to pay (docs/design/prompt-read-after-prefill.md). A
+hybrid drafter's free copy draft is weighed against drafting with the model each round, the first
+included (hybrid_drafter.py). Under a constraint a model drafter drafts along the grammar
+(draft_guide.py) and every draft is fitted to it before it is sent (grammar_drafts.py). Every
+draft declares its q and is chosen from the emitted history only, so exactness does not depend on
+it.
 """
 
 from __future__ import annotations

@@ -148,7 +148,7 @@ def checked_q(tokens: Sequence[int], rows: np.ndarray, ids: np.ndarray, probs: n
     check = int(np.flatnonzero(failed[node])[0])
     field = f"round.nodes[{node}].q"
     if check == 0:
-        raise InvalidArgument(f"{field}.token_ids", f"token id {int(ids[(rows == node) & outside][0])} is outside the vocabulary [0, {vocab_size})")
+        check_ids(ids[rows == node].tolist(), vocab_size, f"{field}.token_ids")
     if check == 1:
         raise InvalidArgument(f"{field}.token_ids", "token ids must be distinct")
     if check == 2:
