@@ -22,6 +22,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig, Pre
 
 from specdec.model_files import DEFAULT_MODEL, build_once, is_model_folder, not_a_source, prepared_dir, source_path, tokenizer_dir
 from verifier_svc.backends import attention_for
+from verifier_svc.gguf_reads import read_once
 from verifier_svc.model_support import model_class_name, servable
 
 log = logging.getLogger(__name__)
@@ -85,6 +86,7 @@ def model_dir(source: str) -> Path:
     if path.suffix != ".gguf" or not path.is_file():
         raise not_a_source(source)
 
+    @read_once()  # the model's config, its tensors and its tokenizer: one read of the metadata
     def build(out: Path) -> None:
         log.info("dequantizing %s (once; cached under %s)", path.name, out.parent)
         model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
@@ -146,8 +148,9 @@ def open_model(source: str, device: str, dtype: torch.dtype, device_map: str = "
     """Check the source's config (model_support.py), prepare its folder and load the model.
     Every failure is a ModelNotServable whose message is one line."""
     try:
-        check_servable(model_config(source))
-        folder = model_dir(source)
+        with read_once():  # its config, then its folder: one read of a GGUF file's metadata
+            check_servable(model_config(source))
+            folder = model_dir(source)
         return load_model(folder, device, dtype, device_map), folder
     except ModelNotServable:
         raise

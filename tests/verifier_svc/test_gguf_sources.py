@@ -1,11 +1,14 @@
 """GGUF sources of other architectures than the default model's Llama: a Qwen2 GGUF is read
 (config from its metadata, dequantized once into the cache, tokenizer converted) into the same
-model, and a Mamba GGUF is refused from its metadata before anything is dequantized."""
+model, its metadata parsed once (gguf_reads.py), and a Mamba GGUF is refused from its metadata
+before anything is dequantized."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+import gguf
 import pytest
 import torch
 import transformers as tf
@@ -21,7 +24,9 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path / "cache"
 
 
-def test_a_qwen2_gguf_loads_as_the_model_it_was_written_from(tmp_path: Path, tokenizer: Tokenizer, cache: Path) -> None:
+def test_a_qwen2_gguf_loads_as_the_model_it_was_written_from(
+    tmp_path: Path, tokenizer: Tokenizer, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`tokenizer` (the suite's default one, made in the usual cache before `cache` moves it) is
     what the GGUF's copied tokenizer must convert to."""
     torch.manual_seed(0)
@@ -32,7 +37,16 @@ def test_a_qwen2_gguf_loads_as_the_model_it_was_written_from(tmp_path: Path, tok
     source = tf.Qwen2ForCausalLM(config).eval()
     gguf_file = write_gguf(source, tmp_path / "tiny-qwen2.gguf")
 
+    reader_class, opened = gguf.GGUFReader, []
+
+    def counted(path: Any, mode: str = "r") -> gguf.GGUFReader:
+        opened.append(path)
+        return reader_class(path, mode)
+
+    monkeypatch.setattr(gguf, "GGUFReader", counted)
     model, folder = open_model(str(gguf_file), "cpu", torch.float32)
+    # Its config, its tensors and its tokenizer from one reader; transformers' own is back after.
+    assert opened == [str(gguf_file)] and gguf.GGUFReader is counted
     assert type(model) is tf.Qwen2ForCausalLM and folder.is_relative_to(cache)
     assert model.config.num_key_value_heads == 2 and not model.config.tie_word_embeddings
     ids = torch.tensor([[1, 5, 900, 33, 7000, 48000]])
