@@ -10,7 +10,7 @@ node (race_agreement) is how often the race accepts q's winner, tested by sampli
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pytest
@@ -121,8 +121,9 @@ def run_one_token_drafts(
     ids, probs = q_ids.unsqueeze(0), q_probs.unsqueeze(0)  # [1, S]
     generator = torch.Generator().manual_seed(seed + 2)
     first, accepted = [], []
+    chains = {x: chain([x]) for x in range(p.numel())}  # a draft's tree depends on its token alone
     for x in drafts.tolist():
-        verdict = verify_speculative(target, chain([x]), ids, probs, generator)
+        verdict = verify_speculative(target, chains[x], ids, probs, generator)
         first.append(x if verdict.num_accepted else verdict.next_token)
         accepted.append(verdict.num_accepted == 1)
     return torch.tensor(first), torch.tensor(accepted)
@@ -159,8 +160,8 @@ def test_empty_draft_samples_p() -> None:
     p0, p1 = softmax_with_zeros(11), softmax_with_zeros(12)
     target = torch.stack([p0])  # [1, V]
     generator = torch.Generator().manual_seed(0)
-    no_ids, no_probs = torch.zeros((0, 1), dtype=torch.long), torch.zeros((0, 1))
-    verdicts = [verify_speculative(target, chain([]), no_ids, no_probs, generator)
+    no_ids, no_probs, no_drafts = torch.zeros((0, 1), dtype=torch.long), torch.zeros((0, 1)), chain([])
+    verdicts = [verify_speculative(target, no_drafts, no_ids, no_probs, generator)
                 for _ in range(num_samples)]
     assert all(v.is_bonus and v.num_accepted == 0 and v.acceptance_probs.shape == (0,) for v in verdicts)
     assert_distributed_as(torch.tensor([v.next_token for v in verdicts]), p0, {"p of another row": p1})
@@ -513,24 +514,20 @@ def sample_tree_outputs(world: TreeWorld, width: int, point_tokens: list[int] | 
     else:
         all_tokens = [point_tokens] * num_samples
         q_ids = torch.tensor(point_tokens).unsqueeze(1)
+    # Every tree has the same shape: built once, each sample's tokens put into it; its rows of p
+    # and q are gathered for all samples at once, and each tree is verified afresh.
+    shape = build_tree([0] * len(parents), parents)
+    tokens_t = torch.tensor(all_tokens)  # [n, nodes]
+    first = tokens_t[:, :width]
+    rows = torch.cat([world.p1.expand(num_samples, 1, v), world.p2[first], world.p3[first[:, depth2_parent], tokens_t[:, width:]]], 1)  # [n, nodes+1, V]
+    if point_tokens is None:
+        q_probs = torch.cat([world.q1.expand(num_samples, width, v), world.q2[first[:, depth2_parent]]], 1)  # [n, nodes, V]
+    else:
+        q_probs = torch.ones(num_samples, len(point_tokens), 1)
     generator = torch.Generator().manual_seed(seed + 1)
     emitted_rows = []
-    # A tree's inputs depend only on its tokens: made once per distinct tree (a point-mass case
-    # has one, width 2 at most 3^6), verified afresh every time.
-    made: dict[tuple[int, ...], tuple[TokenTree, torch.Tensor, torch.Tensor]] = {}
-    for tokens in all_tokens:
-        key = tuple(tokens)
-        if key not in made:
-            tree = build_tree(tokens, parents)
-            first = tree.tokens[:width]
-            rows = torch.cat([world.p1[None], world.p2[first], world.p3[first[depth2_parent], tree.tokens[width:]]])  # [n+1, V]
-            if point_tokens is None:
-                q_probs = torch.cat([world.q1, world.q2[first[depth2_parent]]])
-            else:
-                q_probs = torch.ones(len(tokens), 1)
-            made[key] = (tree, rows, q_probs)
-        tree, rows, q_probs = made[key]
-        verdict = verify_speculative(rows, tree, q_ids, q_probs, generator)
+    for sample, tokens in enumerate(all_tokens):
+        verdict = verify_speculative(rows[sample], replace(shape, tokens=tokens_t[sample]), q_ids, q_probs[sample], generator)
         emitted_rows.append(([tokens[i] for i in verdict.accepted_nodes] + [verdict.next_token] + [-1, -1])[:3])
     emitted = torch.tensor(emitted_rows)  # [n, 3], -1 where not yet emitted
     for position in (1, 2):
