@@ -7,6 +7,8 @@ appends its new entries in place; DynamicLayer concatenates instead, copying the
 
 from __future__ import annotations
 
+import copy
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -31,6 +33,19 @@ def kv_bytes_per_token(config: PretrainedConfig, dtype: torch.dtype) -> int:
     """Bytes one cached token takes: layers x KV heads x head_dim x 2 (keys, values) x dtype size."""
     heads, head_dim = kv_shape(config)
     return config.num_hidden_layers * heads * head_dim * 2 * dtype.itemsize
+
+
+_EMPTY_CACHES: dict[int, tuple[PretrainedConfig, DynamicCache]] = {}
+
+
+def _empty_cache(config: PretrainedConfig) -> DynamicCache:
+    """transformers' DynamicCache for `config`, made once per config object (reading a config's
+    layer types costs ~0.5 ms, paid otherwise by every new session): KVCache copies it shallowly
+    and gives the copy layers of its own. Held with its config, so the id is never reused."""
+    held = _EMPTY_CACHES.get(id(config))
+    if held is None or held[0] is not config:
+        held = _EMPTY_CACHES[id(config)] = (config, DynamicCache(config=config))
+    return held[1]
 
 
 class GrowableLayer(DynamicLayer):
@@ -118,11 +133,31 @@ class KVCache:
     def __init__(self, config: PretrainedConfig, storage: Sequence[tuple[torch.Tensor, torch.Tensor]] = ()) -> None:
         """`storage`: per layer, keys and values buffers to keep the entries in (a device's
         preallocated slot: static_pass.CacheSlot); by default each layer allocates its own."""
-        self.cache = DynamicCache(config=config)
+        self.cache = copy.copy(_empty_cache(config))
         self.cache.layers = [GrowableLayer() for _ in self.cache.layers]
         self.storage = list(storage)
         for layer, (keys, values) in zip(self.cache.layers, self.storage):
             layer.adopt(keys, values)
+
+    def fill(self, layers: Sequence[tuple[torch.Tensor, torch.Tensor]], length: int) -> None:
+        """Make the first `length` entries of `layers` (per layer keys, values [batch, heads,
+        >= length, head_dim]) this empty cache's entries: copied into its storage where it has
+        room, else into buffers of its own cut from one allocation, with the spare room an update
+        would leave (a prefix-cache hit: two copies a layer, where updates allocate, zero and copy
+        layer by layer)."""
+        assert len(self) == 0, "fill fills an empty cache"
+        if not self.storage or any(keys.shape[-2] < length for keys, _ in self.storage):
+            shapes = [(*keys.shape[:2], length + max(MIN_SPARE_SLOTS, length // 4), keys.shape[-1]) for keys, _ in layers]
+            like = layers[0][0]
+            block = torch.zeros(2 * sum(math.prod(shape) for shape in shapes), dtype=like.dtype, device=like.device)
+            buffers = iter(block.split([math.prod(shape) for shape in shapes for _ in (0, 1)]))
+            for layer, shape in zip(self.cache.layers, shapes):
+                layer.adopt(next(buffers).view(shape), next(buffers).view(shape))
+        for layer, (keys, values) in zip(self.cache.layers, layers):
+            own_keys, own_values = layer.buffers()
+            own_keys[..., :length, :] = keys[..., :length, :]
+            own_values[..., :length, :] = values[..., :length, :]
+            layer.written_to(length)
 
     def __len__(self) -> int:
         return self.cache.get_seq_length()

@@ -47,9 +47,7 @@ class StoredPrefix:
 
     def fill(self, cache: KVCache) -> None:
         """Copy the prefix into the empty `cache` (on the thread that runs the target: scheduler.py)."""
-        assert len(cache) == 0, "fill fills a fresh cache"
-        for i, (keys, values) in enumerate(self.layers):
-            cache.cache.update(keys[..., : self.length, :], values[..., : self.length, :], i)  # update copies (torch.cat)
+        cache.fill(self.layers, self.length)
 
 
 class PrefixCache:

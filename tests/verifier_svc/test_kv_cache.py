@@ -53,6 +53,34 @@ def test_appends_write_in_place_until_the_spare_room_is_used() -> None:
     assert cache.cache.layers[0].keys.shape[-2] == 100 + MIN_SPARE_SLOTS + MIN_SPARE_SLOTS
 
 
+def test_a_filled_cache_holds_what_updates_would_have_written_and_keeps_its_storage() -> None:
+    """fill (a stored prompt prefix into a new session's cache) leaves what per-layer updates
+    would: the entries, spare room of zeros, appends in place; into given storage where it has
+    room (a slot: in_storage), else into buffers of the cache's own."""
+    generator = torch.Generator().manual_seed(2)
+    stored = [entries(20, generator) for _ in range(CONFIG.num_hidden_layers)]
+    updated = KVCache(CONFIG)
+    for index, (keys, values) in enumerate(stored):
+        updated.cache.update(keys[..., :13, :], values[..., :13, :], index)
+    slot = [(torch.full((1, 2, 40, 8), 7.0), torch.full((1, 2, 40, 8), 7.0)) for _ in stored]
+    small = [(torch.zeros(1, 2, 10, 8), torch.zeros(1, 2, 10, 8)) for _ in stored]
+    for storage in ((), slot, small):
+        filled = KVCache(CONFIG, storage)
+        filled.fill(stored, 13)
+        assert len(filled) == 13 and filled.in_storage() == (storage is slot)
+        for mine, theirs in zip(filled.cache.layers, updated.cache.layers):
+            assert torch.equal(mine.keys, theirs.keys) and torch.equal(mine.values, theirs.values)
+            if storage is not slot:  # the spare room an update leaves, zeros
+                assert mine.buffers()[0].shape == theirs.buffers()[0].shape and not mine.buffers()[1][..., 13:, :].any()
+        more = entries(3, generator)
+        for index in range(CONFIG.num_hidden_layers):
+            before = filled.cache.layers[index].buffers()[0].data_ptr()
+            filled.cache.update(*more, index)
+            assert filled.cache.layers[index].buffers()[0].data_ptr() == before  # appended in place
+        assert len(filled) == 16 and torch.equal(filled.cache.layers[1].keys[..., 13:, :], more[0])
+        assert filled.in_storage() == (storage is slot)
+
+
 def test_a_prompts_entries_go_as_float16_bytes_unless_a_value_is_past_its_range() -> None:
     generator = torch.Generator().manual_seed(1)
     cache = KVCache(CONFIG)
