@@ -57,12 +57,17 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         yield c
 
 
+# Sessions the integration tests' verifier admits: room for test_greedy_identity's 8 at once and
+# the sessions of its previous requests still closing.
+CLUSTER_SESSIONS = 12
+
+
 def services(logs: Path, *verifier_args: str, drafter_args: tuple[str, ...] = ()) -> LocalCluster:
     """The integration tests' services (see `cluster`), with extra verifier (and drafter) flags;
     the verifier serves its metrics (verifier_metrics)."""
     return LocalCluster(
         logs,
-        verifier_args=["--max-draft-tokens", "16", "--max-draft-depth", "8", "--max-sessions", "8", "--metrics-port", str(free_port()), *verifier_args],
+        verifier_args=["--max-draft-tokens", "16", "--max-draft-depth", "8", "--max-sessions", str(CLUSTER_SESSIONS), "--metrics-port", str(free_port()), *verifier_args],
         drafter_args=["--max-new-tokens-cap", "512", "--drafter", "copy", *drafter_args],
     )
 

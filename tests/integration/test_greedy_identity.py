@@ -21,7 +21,7 @@ from tests.conftest import services, verifier_metrics
 from tests.integration.prompts import CHAT_PROMPTS, TEXT_PROMPTS
 
 MAX_NEW_TOKENS = 40
-CONCURRENCY = 4  # within the test cluster's 8 verifier sessions
+CONCURRENCY = 8  # within the test cluster's CLUSTER_SESSIONS (12) verifier sessions
 CASES = [("chat", p) for p in CHAT_PROMPTS] + [("text", p) for p in TEXT_PROMPTS]
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from specdec.client import Client
 from specdec.v1 import verifier_pb2, verifier_pb2_grpc
+from tests.conftest import CLUSTER_SESSIONS
 
 POEM = [{"role": "user", "content": "Write a long poem about the mountains and the rivers."}]
 
@@ -111,14 +112,14 @@ def test_client_deadline_is_exceeded_and_the_session_freed(cluster) -> None:  # 
 
 
 def test_sessions_past_the_limit_are_refused_and_the_open_ones_keep_working(cluster) -> None:  # type: ignore[no-untyped-def]
-    """The test cluster's verifier allows 8 sessions."""
+    """The test cluster's verifier allows CLUSTER_SESSIONS sessions."""
     opening = verifier_pb2.VerifyRequest(open=verifier_pb2.OpenSession(prompt_token_ids=[1, 2, 3]))
     one_round = verifier_pb2.VerifyRequest(round=verifier_pb2.Round())
 
     async def scenario() -> None:
         async with grpc.aio.insecure_channel(cluster.verifier.address) as channel:
             stub = verifier_pb2_grpc.VerifierStub(channel)
-            streams = [stub.Verify() for _ in range(8)]
+            streams = [stub.Verify() for _ in range(CLUSTER_SESSIONS)]
             try:
                 for stream in streams:
                     await stream.write(opening)
@@ -128,7 +129,7 @@ def test_sessions_past_the_limit_are_refused_and_the_open_ones_keep_working(clus
                 await refused.write(opening)
                 try:
                     await refused.read()
-                    raise AssertionError("a ninth session was admitted")
+                    raise AssertionError("a session past the limit was admitted")
                 except grpc.aio.AioRpcError as error:
                     assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
                     assert error.details().startswith("open")
