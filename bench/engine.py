@@ -69,7 +69,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--no-onnx-passes", action="store_true", help="on CPU, every pass in torch (the verifier's --cpu-onnx-passes false)")
     p.add_argument("--no-one-row-copies", action="store_true", help="on CPU, no one-row copies of the linear weights (the verifier's --cpu-one-row-copies false)")
     p.add_argument("--no-float32-copies", action="store_true", help="on CPU in bfloat16, no float32 copies of the linear weights (the verifier's --cpu-float32-copies false)")
-    p.add_argument("--no-onednn-copies", action="store_true", help="on CPU in float32, no oneDNN copies of the linear weights (the verifier's --cpu-onednn-copies false)")
+    p.add_argument("--no-onednn-copies", action="store_true", help="on CPU in float32 or bfloat16, no oneDNN copies of the linear weights (the verifier's --cpu-onednn-copies false)")
     p.add_argument("--json", type=Path, default=None, help="also write the results here")
     return p.parse_args(argv)
 

@@ -39,9 +39,10 @@ MKL runs products of 8 rows or more at ~45-75 GFLOP/s, the 211 weights take (ms,
 first / F.linear / oneDNN) 47 / 62 / 30 for 8 rows, 58 / 71 / 38 for 16, 140 / 153 / 106 for 64,
 but 21 / 76 / 38 for 2; a batched pass of 16 sessions' one-token rounds 147 -> 100 ms
 (docs/design/onednn-copies.md). The products sum in another order (logits 3-7e-5 from the other
-layouts'). Made for float32 weights where memory allows; the CPU backend times passes with and
-without them at start and sets the fewest rows that read them (`LinearSwitch.onednn_min_rows`,
-0: none).
+layouts'). Made for float32 weights, and for bfloat16 ones where oneDNN has bfloat16 kernels for
+this CPU (AVX-512 BF16 here: 21 against bfloat16 F.linear's 31 ms for one row, 22 against 34 for
+8), where memory allows; the CPU backend times passes with and without them at start and sets
+the fewest rows that read them (`LinearSwitch.onednn_min_rows`, 0: none).
 
 Another CPU may rank the layouts the other way (a 2-core Intel Xeon with AMX, 2026-11-28: 2 rows
 25.8 ms through F.linear against 60.7 weight first), which is why the CPU backend times both at
@@ -121,13 +122,14 @@ def onednn_linear(x: torch.Tensor, copy: torch.Tensor, bias: torch.Tensor | None
 
 
 def onednn_ready(weight: torch.Tensor) -> bool:
-    """Whether oneDNN copies of `weight` can be made here: a float32 CPU tensor, oneDNN built in
-    and its two private ops present (a torch without them serves without the copies)."""
+    """Whether oneDNN copies of `weight` can be made here: a float32 CPU tensor, or a bfloat16
+    one where oneDNN has bfloat16 kernels for this CPU (AVX-512 BF16 or AMX), oneDNN built in
+    and its private ops present (a torch without them serves without the copies)."""
     ops = ("_reorder_linear_weight", "_linear_pointwise")
-    return (
-        weight.dtype == torch.float32 and weight.device.type == "cpu" and torch.backends.mkldnn.is_available()
-        and all(hasattr(torch.ops.mkldnn, op) for op in ops)
-    )
+    if weight.device.type != "cpu" or not torch.backends.mkldnn.is_available() or not all(hasattr(torch.ops.mkldnn, op) for op in ops):
+        return False
+    bfloat16_kernels = hasattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported") and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    return weight.dtype == torch.float32 or (weight.dtype == torch.bfloat16 and bfloat16_kernels)
 
 
 class LinearSwitch:

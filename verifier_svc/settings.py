@@ -75,7 +75,7 @@ class VerifierSettings:
     )
     cpu_onednn_copies: bool = field(
         default=True,
-        metadata={"group": "performance", "help": "on CPU in float32, keep a copy of the linear weights packed in oneDNN's layout for products of several rows (batched passes, speculative rounds and prompts run in torch), which this CPU's MKL runs slowly; made at start-up tuning where at least half the available memory stays free, and kept from the fewest rows (2-16) whose passes it runs faster (the linear weights' memory again; linear_layout.py)"},
+        metadata={"group": "performance", "help": "on CPU in float32, keep a copy of the linear weights packed in oneDNN's layout for products of several rows (batched passes, speculative rounds and prompts run in torch), which this CPU's MKL runs slowly; in bfloat16, where oneDNN has bfloat16 kernels for the CPU (AVX-512 BF16, AMX), such a copy of the bfloat16 weights for products of any size, which then replaces the float32 copies; made at start-up tuning where at least half the available memory stays free, and kept from the fewest rows (2-16; in bfloat16 1-16) whose passes it runs faster (the linear weights' memory again; linear_layout.py)"},
     )
     cpu_onnx_passes: bool = field(
         default=True,

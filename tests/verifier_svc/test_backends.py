@@ -338,7 +338,8 @@ def test_tuning_keeps_onednn_copies_only_where_they_pay(rows: int, monkeypatch) 
     assert isinstance(backend, CpuBackend) and backend.onednn_min_rows == 0  # made and judged by tuning
     seen: list[bool] = []
 
-    def onednn_rows_from(target, layout, *args):  # type: ignore[no-untyped-def]
+    def onednn_rows_from(target, layout, *args, **kwargs):  # type: ignore[no-untyped-def]
+        assert kwargs["judged"] == cpu_tuning.ONEDNN_ROWS  # float32: from 2 rows
         seen.append(all(m.onednn_weight is not None for m in model.modules() if isinstance(m, torch.nn.Linear)))
         layout.onednn_min_rows = rows
         return rows
@@ -355,3 +356,31 @@ def test_tuning_keeps_onednn_copies_only_where_they_pay(rows: int, monkeypatch) 
     seen.clear()
     backend.tune(target, context_tokens=8, max_tokens=4, repeats=1)
     assert seen == [] and backend.onednn_min_rows == 0
+
+
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available() or not torch.ops.mkldnn._is_mkldnn_bf16_supported(), reason="no oneDNN bfloat16 kernels")
+@pytest.mark.parametrize("rows", [1, 8])
+def test_bfloat16_tuning_judges_one_token_passes_and_frees_the_float32_copies_the_onednn_ones_replace(rows: int, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """In bfloat16 the oneDNN copies are judged from one-token passes on; read from 4 rows or
+    fewer they take every product the float32 copies would, which are then freed."""
+    from verifier_svc.target_model import TargetModel
+
+    model = _tiny_llama().to(torch.bfloat16)
+    target = TargetModel(model, "tiny")
+    backend = target.backend
+    assert isinstance(backend, CpuBackend) and backend.float32_rows
+    judged: list[tuple[int, ...]] = []
+
+    def onednn_rows_from(target, layout, *args, **kwargs):  # type: ignore[no-untyped-def]
+        judged.append(tuple(kwargs["judged"]))
+        layout.onednn_min_rows = rows
+        return rows
+
+    monkeypatch.setattr("verifier_svc.backends.cpu.keep_copies", lambda *args: True)
+    monkeypatch.setattr("verifier_svc.backends.cpu.onednn_rows_from", onednn_rows_from)
+    monkeypatch.setattr("verifier_svc.backends.cpu.tune_pass_sizes", lambda *args, **kwargs: [0.01])
+    backend.tune(target, context_tokens=8, max_tokens=4, repeats=1)
+    assert judged == [cpu_tuning.BFLOAT16_ONEDNN_ROWS] and cpu_tuning.BFLOAT16_ONEDNN_ROWS[0] == 1
+    linear = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    assert None not in [m.onednn_weight for m in linear]
+    assert backend.float32_rows is (rows > 4) and ({m.float32_weight is None for m in linear} == {rows <= 4})

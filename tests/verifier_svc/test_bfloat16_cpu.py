@@ -1,5 +1,6 @@
 """The default model served in bfloat16 on CPU, in the linear layouts the CPU backend may pick
-(weight first, F.linear; passes of several tokens from float32 copies of the weights or not) and
+(weight first, F.linear; passes of several tokens from float32 copies of the weights or not;
+every product from oneDNN copies of the bfloat16 weights) and
 with int8 weights (`--quantization int8`, whose reference is the same quantized model): greedy
 passes give transformers' own greedy generate() in bfloat16, a tree's path gives its chain's
 logits, and a batched pass gives each lone pass's logits.
@@ -18,6 +19,7 @@ import torch
 
 from tests.conftest import bfloat16_default_model
 from verifier_svc.batched_pass import PassInput, score_batch
+from verifier_svc.linear_layout import onednn_copies
 from verifier_svc.target_model import TargetModel
 from verifier_svc.token_tree import ROOT, build_tree, chain
 
@@ -40,21 +42,27 @@ def bf16_models():  # type: ignore[no-untyped-def]
     return model
 
 
-# (weight first, float32 copies, quantization): the served choice is F.linear with the copies
-# where they pay; int8 layers are neither switched nor copied.
+# (weight first, float32 copies, oneDNN copies, quantization): the served choice is what tuning
+# times fastest; int8 layers are neither switched nor copied.
 LAYOUTS = {
-    "weight first": (True, False, "none"), "F.linear": (False, False, "none"), "F.linear, float32 copies": (False, True, "none"),
-    "int8 weights": (True, True, "int8"),
+    "weight first": (True, False, False, "none"), "F.linear": (False, False, False, "none"),
+    "F.linear, float32 copies": (False, True, False, "none"), "int8 weights": (True, True, False, "int8"),
+    "oneDNN copies": (False, False, True, "none"),
 }
 
 
 def _target(bf16_models, layout: str):  # type: ignore[no-untyped-def]
-    """(the target, its reference model) in this layout."""
-    weight_first, float32_copies, quantization = LAYOUTS[layout]
+    """(the target, its reference model) in this layout (oneDNN copies: every product from them)."""
+    weight_first, float32_copies, onednn, quantization = LAYOUTS[layout]
+    if onednn and not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        pytest.skip("no oneDNN bfloat16 kernels for this CPU")
     model = bf16_models(quantization)
     target = TargetModel(model, "bf16", float32_copies=float32_copies)
     assert getattr(target.backend, "float32_rows") is (float32_copies and quantization == "none")  # this host has the memory
     target.backend.weight_first = weight_first
+    if onednn:
+        assert onednn_copies(model) > 0
+        target.backend.onednn_min_rows = 1
     return target, model
 
 

@@ -23,6 +23,7 @@ from verifier_svc.linear_layout import (
     onednn_copies,
     onednn_copy,
     onednn_linear,
+    onednn_ready,
     weight_first_linear,
 )
 from verifier_svc.target_model import TargetModel
@@ -214,18 +215,40 @@ def test_a_product_from_the_onednn_copy_is_f_linear(shape: tuple[int, ...], with
     torch.testing.assert_close(onednn_linear(transposed, onednn_copy(weight), bias).reshape(out.shape), out)
 
 
+needs_bfloat16_onednn = pytest.mark.skipif(
+    not torch.backends.mkldnn.is_available() or not torch.ops.mkldnn._is_mkldnn_bf16_supported(), reason="no oneDNN bfloat16 kernels for this CPU"
+)
+
+
+@needs_bfloat16_onednn
+@pytest.mark.parametrize("shape", [(576,), (4, 576), (2, 5, 576)])
+def test_a_bfloat16_product_from_the_onednn_copy_is_f_linear_within_a_step(shape: tuple[int, ...]) -> None:
+    """Both sum bfloat16 products in float32 and round once: only the order of the sum differs."""
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(shape, generator=generator).bfloat16()
+    weight = (torch.randn(1536, 576, generator=generator) / 24).bfloat16()
+    bias = torch.randn(1536, generator=generator).bfloat16()
+    assert onednn_ready(weight) and not onednn_ready(weight.half())
+    out = onednn_linear(x, onednn_copy(weight), bias)
+    assert out.shape == (*shape[:-1], 1536) and out.dtype == torch.bfloat16
+    exact = torch.nn.functional.linear(x.double(), weight.double(), bias.double())
+    step = 2.0 ** (torch.floor(torch.log2(exact.abs().clamp_min(1e-3))) - 7)  # a bfloat16 step at each value
+    assert ((out.double() - exact).abs() <= step).all()
+    assert ((torch.nn.functional.linear(x, weight, bias).double() - exact).abs() <= step).all()
+
+
 @needs_onednn
 def test_products_of_enough_rows_read_the_onednn_copies_only_where_switched_on(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 8), torch.nn.Linear(8, 7).to(torch.bfloat16))
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 8), torch.nn.Linear(8, 7).to(torch.float16))
     model[1].weight = model[0].weight  # tied weights share one copy
     switch = linear_switch(model)
-    assert onednn_copies(model) == 4 * 8 * 8  # the float32 weight only
+    assert onednn_copies(model) == 4 * 8 * 8  # the float32 weight only: no float16 copies
     assert model[0].onednn_weight is model[1].onednn_weight and model[2].onednn_weight is None
     calls: list[int] = []
     monkeypatch.setattr("verifier_svc.linear_layout.onednn_linear", lambda x, w, b: calls.append(x.numel() // x.shape[-1]) or torch.zeros(*x.shape[:-1], 8))
     few, many = torch.randn(3, 8), torch.randn(4, 8)
     with switch.set(True, onednn_min_rows=4):
-        model[0](few), model[1](many), model[2](many.to(torch.bfloat16))  # no copy: its own product
+        model[0](few), model[1](many), model[2](many.to(torch.float16))  # no copy: its own product
     assert calls == [4]
     with switch.set(True):  # onednn_min_rows 0: none read
         model[0](many)

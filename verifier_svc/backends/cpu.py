@@ -20,7 +20,7 @@ from transformers import PretrainedConfig
 from verifier_svc.attention import GROUPED_SDPA, sdpa_or_eager
 from verifier_svc.backends.compiled_layers import CompiledLayers
 from verifier_svc.backends.cpu_compiled import CompiledPassRunner, compiled_layers
-from verifier_svc.backends.cpu_tuning import keep_copies, onednn_rows_from, tune_batched_layout, tune_pass_sizes
+from verifier_svc.backends.cpu_tuning import BFLOAT16_ONEDNN_ROWS, ONEDNN_ROWS, keep_copies, onednn_rows_from, tune_batched_layout, tune_pass_sizes
 from verifier_svc.backends.generic import GenericBackend
 from verifier_svc.backends.onnx_passes import OnnxPasses, missing_modules, served_layout, unserved_log
 from verifier_svc.backends.onnx_step_store import default_store
@@ -29,8 +29,8 @@ from verifier_svc.backends.stored_steps import StoredSteps
 from verifier_svc.kv_cache import KVCache
 from verifier_svc.layer_masks import layer_windows
 from verifier_svc.linear_layout import (
-    drop_float32_copies, drop_one_row_copies, drop_onednn_copies, float32_copies, linear_switch, one_row_copies, onednn_copies,
-    switchable_layers,
+    FLOAT32_MIN_ROWS, drop_float32_copies, drop_one_row_copies, drop_onednn_copies, float32_copies, linear_switch, one_row_copies,
+    onednn_copies, switchable_layers,
 )
 from verifier_svc.static_pass import SlotPasses, StaticPass
 from verifier_svc.token_tree import chain
@@ -64,10 +64,9 @@ COMPILED_SIZES = (1, 2, 4, 8)
 COMPILED_MIN_KEYS = 512
 # The attention implementations a static pass runs with (the model's own code over a slot).
 STATIC_ATTENTION = (GROUPED_SDPA, "sdpa", "eager")
-# One-row copies (linear_layout.py) are made for these weights only (bfloat16 ones ran 12x
-# slower than F.linear), float32 copies for the narrow ones; either only while the memory left
-# after them would be at least COPIES_MEMORY_LEFT of the memory available before: the KV caches
-# need the rest.
+# One-row copies (linear_layout.py) are made for these weights only (bfloat16 ones ran 12x slower
+# than F.linear), float32 copies for the narrow ones; either only while the memory left after them
+# stays at least COPIES_MEMORY_LEFT of the memory available before: the KV caches need the rest.
 ONE_ROW_DTYPES = (torch.float32,)
 FLOAT32_COPY_DTYPES = (torch.bfloat16, torch.float16)
 COPIES_MEMORY_LEFT = 0.5
@@ -102,19 +101,18 @@ def linear_weight_bytes(model: torch.nn.Module) -> int:
 
 
 class CpuBackend(GenericBackend):
-    """The model's nn.Linear layers made switchable (linear_layout.py); weight first until
-    tuning times F.linear faster; with `one_row`, one-row copies of their weights (float32, where
-    memory allows) for one-token passes, and with `float32_rows`, float32 copies of bfloat16 or
-    float16 weights for products of 4 rows or more, each until tuning times them no faster
-    (untuned, or with compiled passes, they stay as made). With `onednn` (and without compiled
-    passes), tuning makes oneDNN copies of float32 weights and sets the rows from which products
-    read them, freeing them where none pays. With `compiled_passes`, a lone pass of a session in a
-    slot (but a one-token pass where one-row copies exist) runs as a static pass with its layers
-    compiled (cpu_compiled.py), weight first, their compiled code kept in `compiled_store` (None:
-    in this process only), and tuning only times. With `onnx_passes` (and not `compiled_passes`), a
-    float32 Llama's lone passes of a few tokens run through onnxruntime (onnx_passes.py; other
-    models: as before), and tuning chooses torch's layout for the batched passes left to it and
-    times the lone ones."""
+    """The model's nn.Linear layers made switchable (linear_layout.py); weight first until tuning
+    times F.linear faster; with `one_row`, one-row copies of their weights (float32, where memory
+    allows) for one-token passes, and with `float32_rows`, float32 copies of bfloat16 or float16
+    weights for products of 4 rows or more, each until tuning times them no faster (untuned, or
+    with compiled passes, they stay as made). With `onednn` (no compiled passes), tuning makes
+    oneDNN copies of float32 or bfloat16 weights (onednn_ready) and sets the rows from which
+    products read them, freeing them where none pays. With `compiled_passes`, a lone pass of a
+    session in a slot (not a one-token pass with one-row copies) runs as a static pass, its layers
+    compiled (cpu_compiled.py), weight first, their code kept in `compiled_store` (None: this
+    process only); tuning only times. With `onnx_passes` (not `compiled_passes`), a float32 Llama's
+    lone passes of a few tokens run through onnxruntime (onnx_passes.py); tuning chooses torch's
+    layout for the batched passes left to it and times the lone ones."""
 
     kind = "cpu"
 
@@ -262,13 +260,15 @@ class CpuBackend(GenericBackend):
             onnx.check_greedy(target, ONNX_CHECK_TOKENS, expected[0], tolerance)
 
     def _tune_onednn(self, target: TargetModel, cache: KVCache, context_tokens: int) -> None:
-        """oneDNN weight copies where weights and memory allow, read from the rows tuning finds
-        they pay (cpu_tuning.onednn_rows_from); freed where they pay at none."""
+        """oneDNN weight copies where weights and memory allow, read from the rows tuning finds they
+        pay (cpu_tuning.onednn_rows_from); freed where none pays, the float32 copies where they take all theirs."""
         self.onednn_min_rows = 0
-        if self.onednn and self.dtype == torch.float32 and self._room_for("oneDNN", linear_weight_bytes(self.model)) and onednn_copies(self.model):
-            onednn_rows_from(target, self, cache, context_tokens)
+        if self.onednn and self._room_for("oneDNN", linear_weight_bytes(self.model)) and onednn_copies(self.model):
+            onednn_rows_from(target, self, cache, context_tokens, judged=ONEDNN_ROWS if self.dtype == torch.float32 else BFLOAT16_ONEDNN_ROWS)
         if not self.onednn_min_rows:
             drop_onednn_copies(self.model)
+        elif self.onednn_min_rows <= FLOAT32_MIN_ROWS:
+            self._drop_float32_copies()
 
     @torch.inference_mode()
     def tune(self, target: TargetModel, context_tokens: int, max_tokens: int, repeats: int) -> list[float]:

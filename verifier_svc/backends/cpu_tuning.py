@@ -55,6 +55,10 @@ BATCHED_ROWS = (2, 4, 8)
 # rounds), in turns that start within ONEDNN_BUDGET_SECONDS: a quiet 2-core host runs all five
 # in ~4 s, but a restart beside a serving verifier took 24 s.
 ONEDNN_ROWS = (2, 4, 8, 16)
+# In bfloat16 a one-token pass is judged too: bfloat16 F.linear reads a weight at ~8 GB/s here,
+# its oneDNN copy at ~13 (docs/design/onednn-copies.md), where float32 one-token passes have
+# one-row copies or onnxruntime.
+BFLOAT16_ONEDNN_ROWS = (1, *ONEDNN_ROWS)
 ONEDNN_BUDGET_SECONDS = 10.0
 
 
@@ -161,16 +165,16 @@ def tune_batched_layout(target: TargetModel, layout: LayoutChoice, cache: KVCach
 
 def onednn_rows_from(
     target: TargetModel, layout: LayoutChoice, cache: KVCache, context_tokens: int, turns: int = COPY_TURNS,
-    budget_seconds: float = ONEDNN_BUDGET_SECONDS,
+    budget_seconds: float = ONEDNN_BUDGET_SECONDS, judged: Sequence[int] = ONEDNN_ROWS,
 ) -> int:
     """The fewest rows from which passes read the oneDNN copies (0: none), from torch passes of
-    ONEDNN_ROWS tokens on `cache` with and without them, in turns, up to `turns` each within
-    `budget_seconds` (module docstring); leaves layout.onednn_min_rows so."""
-    best = minima_in_turns(target, cache, context_tokens, lambda choice: setattr(layout, "onednn_min_rows", ONEDNN_ROWS[0] if choice else 0),
-                           ONEDNN_ROWS, turns, budget_seconds)
+    `judged` tokens (increasing) on `cache` with and without them, in turns, up to `turns` each
+    within `budget_seconds` (module docstring); leaves layout.onednn_min_rows so."""
+    best = minima_in_turns(target, cache, context_tokens, lambda choice: setattr(layout, "onednn_min_rows", judged[0] if choice else 0),
+                           judged, turns, budget_seconds)
     layout.onednn_min_rows = 0
-    for i, rows in enumerate(ONEDNN_ROWS):
-        sizes = ONEDNN_ROWS[i:]
+    for i, rows in enumerate(judged):
+        sizes = judged[i:]
         if all(best[True][s] < best[False][s] for s in sizes) and sum(best[True][s] for s in sizes) < (1 - MIN_GAIN) * sum(best[False][s] for s in sizes):
             layout.onednn_min_rows = rows
             break
