@@ -22,10 +22,10 @@ Where onnxruntime runs the lone passes (onnx_passes.py), torch runs the batched 
 is then judged by torch passes of BATCHED_ROWS tokens, both layouts in turns, minima compared
 (`tune_batched_layout`), and the lone passes are only timed.
 
-oneDNN weight copies (linear_layout.py) are judged by torch passes of ONEDNN_ROWS tokens with and
-without them, in turns started within ONEDNN_BUDGET_SECONDS (`onednn_rows_from`): they are read
-from the fewest of those rows from which every larger size ran faster with them, and together
-faster by MIN_GAIN.
+oneDNN weight copies (linear_layout.py) are judged by torch passes of ONEDNN_ROWS tokens
+(BFLOAT16_ONEDNN_ROWS for a bfloat16 target) with and without them, in turns started within
+ONEDNN_BUDGET_SECONDS (`onednn_rows_from`): they are read from the fewest of those rows from
+which every larger size ran faster with them, and together faster by MIN_GAIN.
 """
 
 from __future__ import annotations
