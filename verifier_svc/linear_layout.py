@@ -121,15 +121,20 @@ def onednn_linear(x: torch.Tensor, copy: torch.Tensor, bias: torch.Tensor | None
     return torch.ops.mkldnn._linear_pointwise(x.contiguous(), copy, bias, "none", [], "")
 
 
-def onednn_ready(weight: torch.Tensor) -> bool:
-    """Whether oneDNN copies of `weight` can be made here: a float32 CPU tensor, or a bfloat16
-    one where oneDNN has bfloat16 kernels for this CPU (AVX-512 BF16 or AMX), oneDNN built in
-    and its private ops present (a torch without them serves without the copies)."""
+def onednn_dtype_ready(dtype: torch.dtype) -> bool:
+    """Whether oneDNN copies of CPU weights of `dtype` can be made here: float32, or bfloat16
+    where oneDNN has bfloat16 kernels for this CPU (AVX-512 BF16 or AMX); oneDNN built in and its
+    private ops present (a torch without them serves without the copies)."""
     ops = ("_reorder_linear_weight", "_linear_pointwise")
-    if weight.device.type != "cpu" or not torch.backends.mkldnn.is_available() or not all(hasattr(torch.ops.mkldnn, op) for op in ops):
+    if not torch.backends.mkldnn.is_available() or not all(hasattr(torch.ops.mkldnn, op) for op in ops):
         return False
     bfloat16_kernels = hasattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported") and torch.ops.mkldnn._is_mkldnn_bf16_supported()
-    return weight.dtype == torch.float32 or (weight.dtype == torch.bfloat16 and bfloat16_kernels)
+    return dtype == torch.float32 or (dtype == torch.bfloat16 and bfloat16_kernels)
+
+
+def onednn_ready(weight: torch.Tensor) -> bool:
+    """Whether a oneDNN copy of `weight` can be made here (a CPU tensor of a dtype onednn_dtype_ready)."""
+    return weight.device.type == "cpu" and onednn_dtype_ready(weight.dtype)
 
 
 class LinearSwitch:

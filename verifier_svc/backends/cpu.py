@@ -30,7 +30,7 @@ from verifier_svc.kv_cache import KVCache
 from verifier_svc.layer_masks import layer_windows
 from verifier_svc.linear_layout import (
     FLOAT32_MIN_ROWS, drop_float32_copies, drop_one_row_copies, drop_onednn_copies, float32_copies, linear_switch, one_row_copies,
-    onednn_copies, switchable_layers,
+    onednn_copies, onednn_dtype_ready, switchable_layers,
 )
 from verifier_svc.static_pass import SlotPasses, StaticPass
 from verifier_svc.token_tree import chain
@@ -263,7 +263,7 @@ class CpuBackend(GenericBackend):
         """oneDNN weight copies where weights and memory allow, read from the rows tuning finds they
         pay (cpu_tuning.onednn_rows_from); freed where none pays, the float32 copies where they take all theirs."""
         self.onednn_min_rows = 0
-        if self.onednn and self._room_for("oneDNN", linear_weight_bytes(self.model)) and onednn_copies(self.model):
+        if self.onednn and onednn_dtype_ready(self.dtype) and self._room_for("oneDNN", linear_weight_bytes(self.model)) and onednn_copies(self.model):
             onednn_rows_from(target, self, cache, context_tokens, judged=ONEDNN_ROWS if self.dtype == torch.float32 else BFLOAT16_ONEDNN_ROWS)
         if not self.onednn_min_rows:
             drop_onednn_copies(self.model)
