@@ -22,6 +22,11 @@ from transformers.cache_utils import DynamicLayer
 MIN_SPARE_SLOTS = 64
 
 
+def buffer_slots(entries: int) -> int:
+    """The slots a layer's buffers get when they must hold `entries`: those plus the spare room."""
+    return entries + max(MIN_SPARE_SLOTS, entries // 4)
+
+
 def kv_shape(config: PretrainedConfig) -> tuple[int, int]:
     """(KV heads, head_dim) of each layer's cached keys and values."""
     heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
@@ -82,7 +87,7 @@ class GrowableLayer(DynamicLayer):
             like = self._buffers[0] if self._buffers is not None else like
             assert like is not None, "a layer without buffers needs entries to shape them"
             length = self.get_seq_length()
-            shape = (*like.shape[:2], end + max(MIN_SPARE_SLOTS, end // 4), like.shape[-1])
+            shape = (*like.shape[:2], buffer_slots(end), like.shape[-1])
             keys = torch.empty(shape, dtype=like.dtype, device=like.device)
             values = torch.empty(shape, dtype=like.dtype, device=like.device)
             keys[..., end:, :] = 0  # finite: a pass may read the spare room behind its mask
@@ -147,7 +152,7 @@ class KVCache:
         layer by layer)."""
         assert len(self) == 0, "fill fills an empty cache"
         if not self.storage or any(keys.shape[-2] < length for keys, _ in self.storage):
-            shapes = [(*keys.shape[:2], length + max(MIN_SPARE_SLOTS, length // 4), keys.shape[-1]) for keys, _ in layers]
+            shapes = [(*keys.shape[:2], buffer_slots(length), keys.shape[-1]) for keys, _ in layers]
             like = layers[0][0]
             block = torch.zeros(2 * sum(math.prod(shape) for shape in shapes), dtype=like.dtype, device=like.device)
             buffers = iter(block.split([math.prod(shape) for shape in shapes for _ in (0, 1)]))
